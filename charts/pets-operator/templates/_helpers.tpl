@@ -1,0 +1,63 @@
+{{/* Name of the release's objects: the release name when it already contains the chart name. */}}
+{{- define "pets-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "pets-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "pets-operator.labels" -}}
+{{ include "pets-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: pets-operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "pets-operator.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "pets-operator.fullname" .) -}}
+{{- end -}}
+
+{{- define "pets-operator.peeringName" -}}
+{{- .Values.peering.name | default (include "pets-operator.fullname" .) -}}
+{{- end -}}
+
+{{/* "cluster" or "namespaced": where the operator's permissions (and peering object) live. */}}
+{{- define "pets-operator.rbacScope" -}}
+{{- $scope := .Values.rbac.scope | default (ternary "namespaced" "cluster" (gt (len .Values.watchNamespaces) 0)) -}}
+{{- if and (eq $scope "namespaced") (not .Values.watchNamespaces) -}}
+{{- fail "rbac.scope=namespaced needs watchNamespaces: the namespaces the operator serves" -}}
+{{- end -}}
+{{- $scope -}}
+{{- end -}}
+
+{{/* Permissions in each namespace it serves. */}}
+{{- define "pets-operator.namespacedRules" -}}
+# The resource it serves: kopf patches finalizers and its progress annotations, then status.
+- apiGroups: [training.pets.dev]
+  resources: [petstrainingjobs]
+  verbs: [get, list, watch, patch]
+- apiGroups: [training.pets.dev]
+  resources: [petstrainingjobs/status]
+  verbs: [get, patch, update]
+# What each job owns: one headless Service and one pod per node; pod 0's log carries the metrics.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete, patch]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, watch, create, delete]
+# kopf posts its handler progress and errors as core events.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}

@@ -1,0 +1,176 @@
+"""`LocalCluster`: the API server, scheduler and kubelet on one event loop in a background thread."""
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from aiohttp import web
+
+from . import errors
+from .client import Client
+from .kubelet import Kubelet
+from .scheduler import Scheduler
+from .server import ApiServer
+
+NODE_NAME = "local-node"
+CONTEXT = "pets-local"
+
+
+def kubeconfig_text(url: str, namespace: str = "default") -> str:
+    return yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": CONTEXT, "preferences": {},
+        "clusters": [{"name": CONTEXT, "cluster": {"server": url}}],
+        "users": [{"name": CONTEXT, "user": {}}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}],
+    }, sort_keys=False)
+
+
+def load_manifests(path: Path) -> list[dict[str, Any]]:
+    with Path(path).open(encoding="utf-8") as stream:
+        return [doc for doc in yaml.safe_load_all(stream) if doc]
+
+
+class LocalCluster:
+    """A Kubernetes API server and a one-node kubelet on 127.0.0.1, with no Kubernetes.
+
+        with LocalCluster(workdir=tmp, cpu=2, crds=[Path("manifests/crd.yaml")]) as cluster:
+            subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "get", "pods"])
+    """
+
+    def __init__(self, workdir: Path, cpu: float = 2, memory: str = "8Gi", gpus: int = 0,
+                 crds: Iterable[Path] = (), host: str = "127.0.0.1", port: int = 0,
+                 entrypoints: dict[str, list[str]] | None = None, node_name: str = NODE_NAME):
+        self.workdir = Path(workdir).resolve()
+        self.crds = [Path(p) for p in crds]
+        self.host, self.port = host, port
+        self.capacity = {"cpu": f"{cpu:g}", "memory": memory, "pods": "110"}
+        if gpus:
+            self.capacity["nvidia.com/gpu"] = str(gpus)
+        self.entrypoints = entrypoints
+        self.node_name = node_name
+        self.url = ""
+        self.kubeconfig = self.workdir / "kubeconfig"
+        self.server: ApiServer | None = None
+        self.kubelet: Kubelet | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> "LocalCluster":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._thread_main, name="pets-local-cluster", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error:
+            self._thread.join()
+            raise self._error
+        atexit.register(self.stop)
+        return self
+
+    def stop(self) -> None:
+        if self._loop and self._stop and self._thread and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(timeout=60)
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> "LocalCluster":
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.stop)
+
+    def _thread_main(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as error:  # reported to start() when it happens during startup
+            self._error = error
+        finally:
+            self._ready.set()
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        self.server = ApiServer(log_root=self.workdir / "logs")
+        runner = web.AppRunner(self.server.app(), handler_cancellation=True, shutdown_timeout=2)
+        await runner.setup()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.host, self.port))
+        site = web.SockSite(runner, listener)
+        await site.start()
+        self.port = listener.getsockname()[1]
+        self.url = f"http://{self.host}:{self.port}"
+        self.kubeconfig.write_text(kubeconfig_text(self.url), encoding="utf-8")
+        for crd in self.crds:
+            for manifest in load_manifests(crd):
+                self._create_now(manifest)
+        async with Client(self.url) as scheduler_client, Client(self.url) as kubelet_client:
+            self.kubelet = Kubelet(kubelet_client, self.node_name, self.workdir, self.capacity, self.entrypoints)
+            await self.kubelet.register_node()
+            tasks = [asyncio.create_task(Scheduler(scheduler_client, self.node_name).run()),
+                     asyncio.create_task(self.kubelet.run())]
+            self._ready.set()
+            await self._stop.wait()
+            await self.kubelet.shutdown()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await runner.cleanup()
+
+    # --- conveniences for demos ------------------------------------------------------------
+
+    def _create_now(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        assert self.server is not None
+        api_version = manifest.get("apiVersion", "")
+        group, _, version = api_version.rpartition("/")
+        kind = manifest.get("kind")
+        for resource in self.server.registry:
+            if resource.group == group and version in resource.versions and resource.kind == kind:
+                namespace = (manifest.get("metadata") or {}).get("namespace") if resource.namespaced else None
+                return self.server.storage.create(resource, namespace, manifest, version)[0]
+        raise errors.bad_request(f"no resource of kind {kind} in {api_version} is served")
+
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create one object (from the cluster's own thread, where the store lives)."""
+        assert self._loop is not None
+
+        async def create() -> dict[str, Any]:
+            return self._create_now(manifest)
+
+        return asyncio.run_coroutine_threadsafe(create(), self._loop).result(timeout=30)
+
+    def apply_file(self, path: Path) -> list[dict[str, Any]]:
+        return [self.apply(manifest) for manifest in load_manifests(path)]
+
+    def process_ids(self) -> list[int]:
+        """Pids of the container processes now running (for tests of process hygiene)."""
+        if self.kubelet is None:
+            return []
+        return [c.process.pid for w in self.kubelet.workers.values() for c in w.containers
+                if c.process is not None and c.process.returncode is None]
+
+
+def kill_leftovers(pids: Iterable[int]) -> None:
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

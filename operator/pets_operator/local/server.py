@@ -1,0 +1,409 @@
+"""The local API server: Kubernetes REST paths over aiohttp, on top of `Storage`.
+
+It serves discovery (`/api`, `/apis`, `/apis/<g>/<v>`), the built-in resources the operator,
+kubectl and kopf use, and any custom resource of an applied CRD, with lists, watches,
+`Table`s, the status subresource, pod bindings and pod logs.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from . import errors, logs
+from .collector import Collector
+from .resources import Registry, ResourceType
+from .selectors import parse_field_selector, parse_label_selector
+from .storage import POD_KEY, TERMINAL_POD_PHASES, Storage
+from .store import Change, Store
+from .tables import to_table, wants_table
+
+logger = logging.getLogger(__name__)
+
+SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pets-local", "platform": "linux/amd64",
+                  "gitCommit": "local", "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z",
+                  "goVersion": "go1.23", "compiler": "gc"}
+DEFAULT_WATCH_TIMEOUT = 1800.0
+BOOKMARK_INTERVAL = 30.0
+LOG_POLL_INTERVAL = 0.1
+
+
+@dataclass
+class Target:
+    """A parsed resource path: /api(s)/<gv>/[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]."""
+    resource: ResourceType
+    version: str
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+
+
+def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    headers = {"Warning": ", ".join(f'299 - {json.dumps(w)}' for w in warnings)} if warnings else None
+    return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def _flag(query: Any, name: str) -> bool:
+    return str(query.get(name, "")).lower() in ("true", "1")
+
+
+class ApiServer:
+    def __init__(self, log_root: Path):
+        self.store = Store()
+        self.registry = Registry()
+        self.storage = Storage(self.store, self.registry)
+        self.collector = Collector(self.storage)
+        self.log_root = log_root
+        self.closing = asyncio.Event()
+        self._collector_task: asyncio.Task | None = None
+
+    # --- application -----------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/version", lambda r: _json(SERVER_VERSION))
+        for probe in ("/healthz", "/readyz", "/livez"):
+            app.router.add_get(probe, lambda r: web.Response(text="ok"))
+        app.router.add_get("/api", self._api_versions)
+        app.router.add_get("/apis", lambda r: _json(self.registry.api_group_list()))
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        app.on_startup.append(self._start)
+        app.on_shutdown.append(self._shutdown)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        self._collector_task = asyncio.create_task(self.collector.run())
+
+    async def _shutdown(self, app: web.Application) -> None:
+        self.closing.set()
+        self.store.close_watchers()
+        if self._collector_task:
+            self._collector_task.cancel()
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        except errors.ApiError as error:
+            return _json(error.status(), status=error.code)
+        except web.HTTPException:
+            raise
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception as error:  # answered as a Status, logged here with the traceback
+            logger.exception("internal error on %s %s", request.method, request.path)
+            return _json(errors.ApiError(500, "InternalError", f"Internal error occurred: {error}").status(), status=500)
+
+    async def _api_versions(self, request: web.Request) -> web.Response:
+        return _json({"kind": "APIVersions", "versions": ["v1"],
+                      "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]})
+
+    # --- routing -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _found(document: dict[str, Any] | None, error: errors.ApiError) -> dict[str, Any]:
+        if document is None:
+            raise error
+        return document
+
+    def _parse(self, path: str) -> Target | dict[str, Any]:
+        parts = [p for p in path.split("/") if p]
+        not_found = errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 2 and parts[0] == "apis":
+            group = parts[1]
+            if len(parts) == 2:
+                return self._found(self.registry.api_group(group), not_found)
+            version, rest = parts[2], parts[3:]
+        else:
+            raise not_found
+        if not rest:
+            return self._found(self.registry.api_resource_list(group, version), not_found)
+        namespace = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and not (group == "" and rest[2] in ("status", "finalize") and len(rest) == 3):
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise not_found
+        resource = self.registry.find(group, version, rest[0])
+        if resource is None or (namespace is not None and not resource.namespaced):
+            raise not_found
+        name = rest[1] if len(rest) > 1 else None
+        subresource = rest[2] if len(rest) > 2 else None
+        if subresource and subresource not in resource.subresources:
+            raise not_found
+        if name and resource.namespaced and namespace is None:
+            raise not_found
+        return Target(resource, version, namespace, name, subresource)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if request.path.startswith("/openapi"):
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        target = self._parse(request.path)
+        if isinstance(target, dict):
+            if request.method != "GET":
+                raise errors.method_not_allowed()
+            return _json(target)
+        method, query = request.method, request.query
+        strict = query.get("fieldValidation") == "Strict"
+        storage, resource = self.storage, target.resource
+        if target.name is None:
+            if method == "GET":
+                return await (self._watch(request, target) if _flag(query, "watch") else self._list(request, target))
+            if method == "POST":
+                obj, warnings = storage.create(resource, target.namespace, await self._body(request), target.version, strict)
+                return _json(obj, 201, warnings)
+            if method == "DELETE":
+                return await self._delete_collection(request, target)
+            raise errors.method_not_allowed()
+        if target.subresource == "log":
+            if method != "GET":
+                raise errors.method_not_allowed()
+            return await self._pod_log(request, target)
+        if target.subresource == "binding":
+            if method != "POST":
+                raise errors.method_not_allowed()
+            return _json(storage.bind(target.namespace, target.name, await self._body(request)), 201)
+        if method == "GET":
+            return _json(storage._versioned(storage.get(resource, target.namespace, target.name), resource, target.version))
+        if method == "PUT":
+            obj, warnings = storage.update(resource, target.namespace, target.name, await self._body(request),
+                                           target.subresource, target.version, strict)
+            return _json(obj, 200, warnings)
+        if method == "PATCH":
+            content_type = request.headers.get("Content-Type", "")
+            obj, warnings = storage.patch(resource, target.namespace, target.name, content_type, await self._body(request),
+                                          target.subresource, target.version, strict)
+            return _json(obj, 200, warnings)
+        if method == "DELETE":
+            if target.subresource:
+                raise errors.method_not_allowed()
+            return _json(storage.delete(resource, target.namespace, target.name, await self._delete_options(request)))
+        raise errors.method_not_allowed()
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            raise errors.bad_request("the request body is empty")
+        try:
+            if "yaml" in request.headers.get("Content-Type", ""):
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as error:
+            raise errors.bad_request(f"the request body could not be decoded: {error}") from None
+
+    async def _delete_options(self, request: web.Request) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        raw = await request.read()
+        if raw:
+            try:
+                options = json.loads(raw) or {}
+            except ValueError as error:
+                raise errors.bad_request(f"the DeleteOptions could not be decoded: {error}") from None
+        for name in ("propagationPolicy", "gracePeriodSeconds", "orphanDependents"):
+            if name in request.query:
+                value: Any = request.query[name]
+                options[name] = int(value) if name == "gracePeriodSeconds" else (value == "true" if name == "orphanDependents" else value)
+        return options
+
+    # --- lists and watches -------------------------------------------------------------------
+
+    def _matcher(self, request: web.Request):
+        labels = parse_label_selector(request.query.get("labelSelector"))
+        fields = parse_field_selector(request.query.get("fieldSelector"))
+        return lambda obj: labels(obj) and fields(obj)
+
+    def _items(self, request: web.Request, target: Target) -> list[dict[str, Any]]:
+        matches = self._matcher(request)
+        items = self.store.items(target.resource.key, target.namespace)
+        return [self.storage._versioned(o, target.resource, target.version) for o in items if matches(o)]
+
+    async def _list(self, request: web.Request, target: Target) -> web.Response:
+        items = self._items(request, target)
+        meta = {"resourceVersion": str(self.store.resource_version)}
+        if wants_table(request.headers.get("Accept", "")):
+            return _json(to_table(target.resource, target.version, items, meta))
+        return _json({"kind": target.resource.list_kind, "apiVersion": target.resource.api_version(target.version),
+                      "metadata": meta, "items": items})
+
+    async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
+        options = await self._delete_options(request)
+        deleted = []
+        for obj in self._items(request, target):
+            meta = obj["metadata"]
+            try:
+                deleted.append(self.storage.delete(target.resource, meta.get("namespace"), meta["name"], options))
+            except errors.ApiError as error:
+                if error.code != 404:
+                    raise
+        return _json({"kind": target.resource.list_kind, "apiVersion": target.resource.api_version(target.version),
+                      "metadata": {"resourceVersion": str(self.store.resource_version)}, "items": deleted})
+
+    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        resource, version = target.resource, target.version
+        matches = self._matcher(request)
+        table = wants_table(request.headers.get("Accept", ""))
+        query = request.query
+        timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        bookmarks = _flag(query, "allowWatchBookmarks")
+        send_initial = _flag(query, "sendInitialEvents")
+        since = query.get("resourceVersion", "")
+        if since and not since.isdigit():
+            raise errors.bad_request(f'invalid resource version "{since}"')
+
+        watcher = self.store.subscribe(resource.key, target.namespace)
+        try:
+            response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+            await response.prepare(request)
+
+            async def send(event_type: str, obj: dict[str, Any]) -> None:
+                if table and event_type in ("ADDED", "MODIFIED", "DELETED"):
+                    obj = to_table(resource, version, [obj])
+                await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
+
+            def bookmark(initial_end: bool = False) -> dict[str, Any]:
+                meta: dict[str, Any] = {"resourceVersion": str(self.store.resource_version)}
+                if initial_end:
+                    meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+                return {"kind": resource.kind, "apiVersion": resource.api_version(version), "metadata": meta}
+
+            if since in ("", "0") or send_initial:
+                for obj in self.store.items(resource.key, target.namespace):
+                    if matches(obj):
+                        await send("ADDED", self.storage._versioned(obj, resource, version))
+                if send_initial and bookmarks:
+                    await send("BOOKMARK", bookmark(initial_end=True))
+            else:
+                replay = self.store.changes_since(resource.key, int(since))
+                if replay is None:
+                    gone = errors.gone(f"too old resource version: {since} ({self.store.resource_version})")
+                    await send("ERROR", gone.status())
+                    return response
+                for change in replay:
+                    if target.namespace is None or change.obj["metadata"].get("namespace") == target.namespace:
+                        await self._send_change(send, change, matches, resource, version)
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while not self.closing.is_set():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    change = await asyncio.wait_for(watcher.queue.get(), min(remaining, BOOKMARK_INTERVAL))
+                except asyncio.TimeoutError:
+                    if bookmarks and loop.time() < deadline:
+                        await send("BOOKMARK", bookmark())
+                    continue
+                if change is None:
+                    break
+                await self._send_change(send, change, matches, resource, version)
+            return response
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        finally:
+            self.store.unsubscribe(watcher)
+
+    async def _send_change(self, send, change: Change, matches, resource: ResourceType, version: str) -> None:
+        """What a filtered watch sees: objects moving into the selection are ADDED, out of it DELETED."""
+        was = change.old is not None and matches(change.old)
+        now_matches = matches(change.obj)
+        obj = self.storage._versioned(change.obj, resource, version)
+        if change.type == "DELETED":
+            if was or now_matches:
+                await send("DELETED", obj)
+        elif change.type == "ADDED" or (now_matches and not was):
+            if now_matches:
+                await send("ADDED", obj)
+        elif was and now_matches:
+            await send("MODIFIED", obj)
+        elif was:
+            await send("DELETED", obj)
+
+    # --- pod logs ----------------------------------------------------------------------------
+
+    async def _pod_log(self, request: web.Request, target: Target) -> web.StreamResponse:
+        query = request.query
+        pod = self.storage.get(target.resource, target.namespace, target.name)
+        names = [c["name"] for c in pod["spec"].get("containers") or []]
+        container = query.get("container")
+        if not container:
+            if len(names) != 1:
+                raise errors.bad_request(f"a container name must be specified for pod {target.name}, choose one of: [{' '.join(names)}]")
+            container = names[0]
+        elif container not in names + [c["name"] for c in pod["spec"].get("initContainers") or []]:
+            raise errors.bad_request(f"container {container} is not valid for pod {target.name}")
+        path = logs.container_log_path(self.log_root, pod, container)
+        if not path.exists():
+            raise errors.bad_request(f'container "{container}" in pod "{target.name}" is waiting to start: ContainerCreating')
+        since = None
+        if query.get("sinceTime"):
+            try:
+                since = logs.parse_time(query["sinceTime"])
+            except ValueError:
+                raise errors.bad_request(f"invalid sinceTime {query['sinceTime']!r}") from None
+        elif query.get("sinceSeconds"):
+            since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=int(query["sinceSeconds"]))
+        tail = int(query["tailLines"]) if query.get("tailLines") else None
+        limit = int(query["limitBytes"]) if query.get("limitBytes") else None
+        timestamps = _flag(query, "timestamps")
+        follow = _flag(query, "follow")
+
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        sent = 0
+
+        async def write(lines: list[str]) -> bool:
+            nonlocal sent
+            data = "".join(logs.render(line, timestamps) for line in lines).encode()
+            if limit is not None:
+                data = data[: max(0, limit - sent)]
+            sent += len(data)
+            if data:
+                await response.write(data)
+            return limit is None or sent < limit
+
+        with path.open("r", encoding="utf-8", errors="replace") as stream:
+            existing = stream.readlines()
+            pending = existing[-1] if existing and not existing[-1].endswith("\n") else ""
+            complete = existing[:-1] if pending else existing
+            if not await write(logs.select_lines(complete, since, tail)) or not follow:
+                if not follow and pending:
+                    await write([pending])
+                return response
+            while not self.closing.is_set():
+                chunk = stream.readline()
+                if chunk:
+                    pending += chunk
+                    if pending.endswith("\n"):
+                        if not await write(logs.select_lines([pending], since)):
+                            return response
+                        pending = ""
+                    continue
+                if self._container_finished(pod, container):
+                    rest = stream.read()
+                    if pending or rest:
+                        await write(logs.select_lines((pending + rest).splitlines(keepends=True), since))
+                    return response
+                await asyncio.sleep(LOG_POLL_INTERVAL)
+        return response
+
+    def _container_finished(self, pod: dict[str, Any], container: str) -> bool:
+        """The log is complete once the pod is gone or finished, or its container stopped for good."""
+        current = self.store.get(POD_KEY, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
+            return True
+        status = current.get("status") or {}
+        if status.get("phase") in TERMINAL_POD_PHASES:
+            return True
+        for entry in status.get("containerStatuses") or []:
+            if entry.get("name") == container and "terminated" in (entry.get("state") or {}):
+                return current["spec"].get("restartPolicy") == "Never" or bool(current["metadata"].get("deletionTimestamp"))
+        return False

@@ -1,0 +1,47 @@
+"""`pets-operator run`: the kopf operator, configured from the environment (PETS_OPERATOR_*)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .config import ConfigError, OperatorConfig, from_environ
+
+
+def kopf_run_options(config: OperatorConfig) -> dict:
+    """The keyword arguments of `kopf.run` that this configuration means."""
+    options: dict = {
+        "standalone": not config.peering,
+        "clusterwide": config.cluster_wide,
+        "namespaces": list(config.namespaces),
+    }
+    if config.peering:
+        options["peering_name"] = config.peering
+    if config.liveness_port:
+        options["liveness_endpoint"] = f"http://0.0.0.0:{config.liveness_port}/healthz"
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="pets-operator run",
+        description="Run the PetsTrainingJob operator against the cluster in KUBECONFIG (or in-cluster). "
+                    "Configuration: PETS_OPERATOR_NAMESPACES, PETS_OPERATOR_TRAINER_IMAGE, PETS_OPERATOR_LOG_LEVEL, "
+                    "PETS_OPERATOR_PEERING, PETS_OPERATOR_LIVENESS_PORT.")
+    parser.add_argument("--log-format", choices=("json", "text"), default="json",
+                        help="structured JSON log lines (default) or plain text")
+    args = parser.parse_args(argv)
+    try:
+        config = from_environ(os.environ)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    import kopf  # only now: `--help` and configuration errors need no kopf
+
+    from . import handlers  # noqa: F401 - registers the handlers
+
+    kopf.configure(verbose=config.log_level == "DEBUG",
+                   log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL)
+    kopf.run(**kopf_run_options(config))
+    return 0

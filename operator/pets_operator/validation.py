@@ -1,0 +1,128 @@
+"""What the CRD schema cannot say about a PetsTrainingJob: the operator's own checks (pure).
+
+`spec_problems` returns one readable sentence per problem; the handler puts them in
+`status.message` and a Warning Event and marks the job Failed.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any, Iterator, Mapping
+
+from .names import job_name_problems
+from .quantities import parse_quantity
+from .spec import DATA_MOUNT_PATH
+
+MAX_WORLD_SIZE = 1024  # numNodes x processesPerNode: beyond this a single rendezvous is not sensible
+DATA_SOURCES = ("persistentVolumeClaim", "hostPath", "synthetic")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def spec_problems(name: str, spec: Mapping[str, Any], reserved_env: frozenset[str]) -> list[str]:
+    """`spec` must have the defaults applied (`spec.with_defaults`)."""
+    return [
+        *job_name_problems(name, int(spec["numNodes"])),
+        *_size_problems(spec),
+        *_pretrained_problems(spec),
+        *_data_problems(spec.get("data") or {}),
+        *_checkpoint_problems(spec.get("checkpoint")),
+        *_resource_problems(spec.get("resources") or {}),
+        *_env_problems(spec.get("env") or [], reserved_env),
+        *_service_account_problems(spec.get("serviceAccountName")),
+        *_toleration_problems(spec.get("tolerations") or []),
+    ]
+
+
+def _size_problems(spec: Mapping[str, Any]) -> Iterator[str]:
+    world = int(spec["numNodes"]) * int(spec["processesPerNode"])
+    if world > MAX_WORLD_SIZE:
+        yield (f"numNodes x processesPerNode = {spec['numNodes']} x {spec['processesPerNode']} = {world} "
+               f"processes; at most {MAX_WORLD_SIZE} are supported")
+
+
+def _pretrained_problems(spec: Mapping[str, Any]) -> Iterator[str]:
+    if spec.get("pretrained") and not spec.get("pretrainedWeights"):
+        yield "pretrained: true needs spec.pretrainedWeights, the path of a weights file inside the pod (nothing is downloaded)"
+    weights = spec.get("pretrainedWeights")
+    if weights and not posixpath.isabs(weights):
+        yield f"pretrainedWeights {weights!r} must be an absolute path inside the pod"
+
+
+def _absolute_path_problems(field: str, path: str) -> Iterator[str]:
+    if not isinstance(path, str) or not posixpath.isabs(path):
+        yield f"{field} {path!r} must be an absolute path"
+    elif ".." in path.split("/"):
+        yield f"{field} {path!r} must not contain '..'"
+
+
+def _data_problems(data: Mapping[str, Any]) -> Iterator[str]:
+    sources = [key for key in DATA_SOURCES if data.get(key) is not None]
+    if len(sources) != 1:
+        yield (f"data must set exactly one of {', '.join(DATA_SOURCES)}; "
+               f"got {', '.join(sources) if sources else 'none'}")
+    if data.get("hostPath") is not None:
+        yield from _absolute_path_problems("data.hostPath", data["hostPath"])
+    path = data.get("path") or ""
+    if path.startswith("/") or ".." in path.split("/"):
+        yield f"data.path {path!r} must be relative to the data volume, without '..'"
+
+
+def _checkpoint_problems(checkpoint: Mapping[str, Any] | None) -> Iterator[str]:
+    if checkpoint is None:
+        return
+    if checkpoint.get("persistentVolumeClaim") is not None and checkpoint.get("hostPath") is not None:
+        yield "checkpoint must set at most one of persistentVolumeClaim, hostPath"
+    if checkpoint.get("hostPath") is not None:
+        yield from _absolute_path_problems("checkpoint.hostPath", checkpoint["hostPath"])
+    path = checkpoint.get("path")
+    problems = list(_absolute_path_problems("checkpoint.path", path))
+    yield from problems
+    if not problems:
+        normal = posixpath.normpath(path)
+        if normal == "/" or normal == DATA_MOUNT_PATH or normal.startswith(DATA_MOUNT_PATH + "/"):
+            yield f"checkpoint.path {path!r} must not be '/' or inside the data mount {DATA_MOUNT_PATH}"
+
+
+def _resource_problems(resources: Mapping[str, Any]) -> Iterator[str]:
+    parsed: dict[str, dict[str, Any]] = {}
+    for kind in ("requests", "limits"):
+        for resource, value in (resources.get(kind) or {}).items():
+            try:
+                parsed.setdefault(kind, {})[resource] = parse_quantity(value)
+            except ValueError as error:
+                yield f"resources.{kind}.{resource}: {error}"
+                continue
+            if parsed[kind][resource] < 0:
+                yield f"resources.{kind}.{resource} must not be negative, got {value!r}"
+    for resource, request in parsed.get("requests", {}).items():
+        limit = parsed.get("limits", {}).get(resource)
+        if limit is not None and request > limit:
+            yield (f"resources.requests.{resource} ({resources['requests'][resource]}) must not exceed "
+                   f"resources.limits.{resource} ({resources['limits'][resource]})")
+
+
+def _env_problems(env: list[Mapping[str, Any]], reserved: frozenset[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for item in env:
+        name = item.get("name", "")
+        if not _ENV_NAME.match(name):
+            yield f"env name {name!r} is not a valid environment variable name"
+        elif name in reserved:
+            yield f"env {name!r} is set by the operator from the spec; set the spec field instead"
+        elif name in seen:
+            yield f"env {name!r} is given twice"
+        seen.add(name)
+
+
+def _service_account_problems(name: str | None) -> Iterator[str]:
+    if name is not None and (len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name)):
+        yield f"serviceAccountName {name!r} must be a DNS-1123 subdomain"
+
+
+def _toleration_problems(tolerations: list[Mapping[str, Any]]) -> Iterator[str]:
+    for position, toleration in enumerate(tolerations):
+        if toleration.get("operator") == "Exists" and toleration.get("value"):
+            yield f"tolerations[{position}]: operator Exists must not have a value"
+        if toleration.get("tolerationSeconds") is not None and toleration.get("effect") != "NoExecute":
+            yield f"tolerations[{position}]: tolerationSeconds needs effect NoExecute"

@@ -1,0 +1,39 @@
+import logging
+
+import pytest
+
+from pets_operator.config import ConfigError, from_environ
+from pets_operator.main import kopf_run_options
+
+
+def test_defaults_are_cluster_wide_standalone():
+    config = from_environ({})
+    assert config.cluster_wide and config.trainer_image == "pets-trainer:0.1.0"
+    assert config.log_level_number == logging.INFO
+    assert kopf_run_options(config) == {"standalone": True, "clusterwide": True, "namespaces": [],
+                                        "liveness_endpoint": "http://0.0.0.0:8080/healthz"}
+
+
+def test_namespaces_peering_and_port():
+    config = from_environ({"PETS_OPERATOR_NAMESPACES": " ml, team-b ,", "PETS_OPERATOR_PEERING": "pets",
+                           "PETS_OPERATOR_LIVENESS_PORT": "0", "PETS_OPERATOR_LOG_LEVEL": "debug",
+                           "PETS_OPERATOR_TRAINER_IMAGE": "registry/pets-trainer:2"})
+    assert config.namespaces == ("ml", "team-b") and config.log_level == "DEBUG"
+    assert config.trainer_image == "registry/pets-trainer:2"
+    assert kopf_run_options(config) == {"standalone": False, "clusterwide": False, "namespaces": ["ml", "team-b"],
+                                        "peering_name": "pets"}
+
+
+@pytest.mark.parametrize("env, word", [({"PETS_OPERATOR_LOG_LEVEL": "loud"}, "PETS_OPERATOR_LOG_LEVEL"),
+                                       ({"PETS_OPERATOR_LIVENESS_PORT": "http"}, "PETS_OPERATOR_LIVENESS_PORT"),
+                                       ({"PETS_OPERATOR_LIVENESS_PORT": "70000"}, "PETS_OPERATOR_LIVENESS_PORT")])
+def test_bad_configuration_names_the_variable(env, word):
+    with pytest.raises(ConfigError, match=word):
+        from_environ(env)
+
+
+def test_run_reports_bad_configuration_without_traceback(monkeypatch, capsys):
+    from pets_operator.main import main
+    monkeypatch.setenv("PETS_OPERATOR_LOG_LEVEL", "loud")
+    assert main([]) == 2
+    assert capsys.readouterr().err.startswith("error: PETS_OPERATOR_LOG_LEVEL")

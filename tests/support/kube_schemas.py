@@ -1,0 +1,52 @@
+"""Offline validation of Kubernetes objects: built-in kinds against the real OpenAPI schemas
+(kubernetes-validate, strict: unknown fields are errors), custom resources against their CRD."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable
+
+import kubernetes_validate
+
+from pets_operator.local.schema import CustomResourceSchema
+
+# The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
+KUBE_VERSIONS = ("1.25", kubernetes_validate.utils.latest_version())
+
+
+def describe(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {where}{meta.get('name')}"
+
+
+def crd_schemas(crds: Iterable[dict[str, Any]]) -> dict[tuple[str, str], CustomResourceSchema]:
+    """(apiVersion, kind) -> schema of that served version, for each CRD given."""
+    schemas = {}
+    for crd in crds:
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+            schemas[key] = CustomResourceSchema(version["schema"]["openAPIV3Schema"])
+    return schemas
+
+
+def problems(obj: dict[str, Any], custom: dict[tuple[str, str], CustomResourceSchema]) -> list[str]:
+    """Why `obj` would be refused (or silently pruned) by an API server; empty when it is valid."""
+    key = (obj.get("apiVersion"), obj.get("kind"))
+    if key in custom:
+        schema = custom[key]
+        candidate = copy.deepcopy(obj)
+        pruned = schema.prune(candidate)
+        schema.default(candidate)
+        found = [f"{describe(obj)}: unknown field {path}" for path in pruned]
+        return found + [f"{describe(obj)}: {cause['field']}: {cause['message']}" for cause in schema.validate(candidate)]
+    found = []
+    for version in KUBE_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            return [f"{describe(obj)}: no schema for {key[0]} {key[1]} (neither built in nor a CRD given)"]
+        except kubernetes_validate.ValidationError as error:
+            path = ".".join(str(part) for part in error.path)
+            found.append(f"{describe(obj)} (Kubernetes {version}): {path}: {error.message}")
+    return found

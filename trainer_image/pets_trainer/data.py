@@ -1,0 +1,105 @@
+"""The tutorial's data pipeline: a seeded 80/20 split, its transforms, its data loaders."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import Compose, RandomResizedCrop, Resize, ToTensor
+
+from .config import TrainConfig
+from .errors import DataError
+from .image_index import ImageIndex
+
+
+class PetsDataset(Dataset):
+    """Items are `{"image": tensor, "label": int}` as in the tutorial.
+
+    With `draft_size`, a JPEG is decoded by libjpeg directly at the smallest 1/2, 1/4 or 1/8 scale
+    that is still at least `draft_size` on both sides, instead of at full size.
+    """
+
+    def __init__(self, files, labels, transform, draft_size: int | None = None):
+        self.files = list(files)
+        self.labels = list(labels)
+        self.transform = transform
+        self.draft_size = draft_size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> dict:
+        with Image.open(self.files[index]) as raw:
+            if self.draft_size:
+                raw.draft("RGB", (self.draft_size, self.draft_size))
+            image = raw.convert("RGB")
+        return {"image": self.transform(image), "label": self.labels[index]}
+
+
+@dataclass(frozen=True)
+class Split:
+    train: tuple[int, ...]
+    eval: tuple[int, ...]
+
+
+def split_indices(count: int, seed: int, train_fraction: float = 0.8) -> Split:
+    """The tutorial's split: a permutation from `seed`, the first 80% for training.
+
+    Its own RandomState (not the global one) keeps the split independent of what else ran,
+    so every rank on every node computes the same split.
+    """
+    permutation = np.random.RandomState(seed).permutation(count)
+    cut = int(train_fraction * count)
+    if cut < 1 or cut >= count:
+        raise DataError(
+            f"{count} image(s) cannot be split {train_fraction:.0%}/{1 - train_fraction:.0%} into"
+            " non-empty train and eval sets"
+        )
+    return Split(train=tuple(int(i) for i in permutation[:cut]), eval=tuple(int(i) for i in permutation[cut:]))
+
+
+def train_transform(config: TrainConfig) -> Compose:
+    size = (config.image_size, config.image_size)
+    return Compose([RandomResizedCrop(size, scale=config.crop_scale), ToTensor()])
+
+
+def eval_transform(config: TrainConfig) -> Compose:
+    return Compose([Resize((config.image_size, config.image_size)), ToTensor()])
+
+
+def train_draft_size(config: TrainConfig) -> int:
+    # The smallest crop RandomResizedCrop takes covers crop_scale[0] of the area; decoding so that
+    # even it still has image_size pixels per side avoids upscaling more than full decode would.
+    return math.ceil(config.image_size / math.sqrt(config.crop_scale[0]))
+
+
+def build_datasets(index: ImageIndex, config: TrainConfig) -> tuple[PetsDataset, PetsDataset]:
+    split = split_indices(len(index.files), config.seed, config.train_fraction)
+
+    def subset(indices, transform, draft_size):
+        files = [Path(index.files[i]) for i in indices]
+        labels = [index.labels[i] for i in indices]
+        return PetsDataset(files, labels, transform, draft_size if config.draft_decode else None)
+
+    return (
+        subset(split.train, train_transform(config), train_draft_size(config)),
+        subset(split.eval, eval_transform(config), config.image_size),
+    )
+
+
+def build_dataloaders(
+    train_set: PetsDataset, eval_set: PetsDataset, config: TrainConfig, pin_memory: bool
+) -> tuple[DataLoader, DataLoader]:
+    workers = config.num_workers
+    loader_options = dict(
+        num_workers=workers,
+        pin_memory=pin_memory,
+        persistent_workers=config.persistent_workers and workers > 0,
+        prefetch_factor=config.prefetch_factor if workers > 0 else None,
+    )
+    train_loader = DataLoader(train_set, shuffle=True, batch_size=config.batch_size, **loader_options)
+    eval_loader = DataLoader(eval_set, shuffle=False, batch_size=config.effective_eval_batch_size, **loader_options)
+    return train_loader, eval_loader

@@ -1,0 +1,172 @@
+"""The tutorial's training function, as a library: `training_loop(config)` or `training_loop(**params)`.
+
+It runs unchanged under `accelerate launch` (the `pets-train` entrypoint) and under
+`accelerate.notebook_launcher` (see `pets_trainer.notebook`). CUDA is first touched here, inside
+the launched processes.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.optim.lr_scheduler import OneCycleLR
+
+from .checkpoint import restore_checkpoint, save_checkpoint
+from .config import TrainConfig
+from .data import build_dataloaders, build_datasets
+from .errors import ConfigError
+from .image_index import scan_images
+from .metrics import EpochResult, done_event, emit
+from .model import FrozenEncoderClassifier, create_model, freeze_encoder, normalization
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    history: list[EpochResult]
+    classes: tuple[str, ...]
+
+    @property
+    def accuracy(self) -> float:
+        return self.history[-1].accuracy
+
+    @property
+    def best_accuracy(self) -> float:
+        return max(result.accuracy for result in self.history)
+
+
+def device_accelerator_available() -> bool:
+    if hasattr(torch, "accelerator"):
+        return torch.accelerator.is_available()
+    return torch.cuda.is_available()
+
+
+def supported_mixed_precision(requested: str, cpu: bool = False) -> str:
+    """`requested` where the device has it, else "no" (fp16/bf16 autocast on a CPU is slower, not faster)."""
+    if requested == "no" or cpu or not torch.cuda.is_available():
+        return "no"
+    if requested == "bf16" and not torch.cuda.is_bf16_supported():
+        return "no"
+    return requested
+
+
+def resolve_config(config: TrainConfig | None = None, **overrides) -> TrainConfig:
+    config = config or TrainConfig()
+    return config.replace(**overrides) if overrides else config
+
+
+def checkpoint_fingerprint(config: TrainConfig, classes: tuple[str, ...], num_processes: int) -> dict:
+    """What a checkpoint's state depends on; resuming with anything else would be a different run."""
+    keys = ("model", "seed", "batch_size", "epochs", "max_lr", "lr_div_factor", "image_size", "train_fraction")
+    return {**{key: getattr(config, key) for key in keys}, "classes": list(classes), "num_processes": num_processes}
+
+
+def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult | None:
+    """Train and evaluate; returns the result on the main process, None on the others."""
+    config = resolve_config(config, **overrides)
+    if not config.data_dir:
+        raise ConfigError("data_dir is not set: the directory of <breed>_<n>.jpg images")
+    set_seed(config.seed)
+    # Accelerate sets up a multi-process CPU group (gloo) only when told it runs on the CPU.
+    use_cpu = config.cpu or not device_accelerator_available()
+    mixed_precision = supported_mixed_precision(config.mixed_precision, use_cpu)
+    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=use_cpu)
+    if mixed_precision != config.mixed_precision:
+        accelerator.print(f"mixed precision {config.mixed_precision!r} is not available on {accelerator.device}; using 'no'", file=sys.stderr)
+
+    index = scan_images(config.data_dir, verify=config.verify_images)
+    for line in index.skip_summary():
+        accelerator.print(line, file=sys.stderr)
+    train_set, eval_set = build_datasets(index, config)
+    pin_memory = config.pin_memory == "true" or (config.pin_memory == "auto" and accelerator.device.type == "cuda")
+    train_dataloader, eval_dataloader = build_dataloaders(train_set, eval_set, config, pin_memory)
+    accelerator.print(
+        f"{len(index.files)} images, {len(index.classes)} classes, {len(train_set)} train / {len(eval_set)} eval,"
+        f" {accelerator.num_processes} process(es) on {accelerator.device}"
+    )
+
+    model = create_model(config.model, len(index.classes), config.pretrained, config.pretrained_weights)
+    freeze_encoder(model)
+    memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+    model = model.to(accelerator.device, memory_format=memory_format)
+    mean, std = normalization(model, accelerator.device)
+    model = FrozenEncoderClassifier(model, encoder_no_grad=config.frozen_encoder_no_grad)
+
+    optimizer = torch.optim.Adam(params=model.parameters(), lr=config.max_lr / config.lr_div_factor)
+    lr_scheduler = OneCycleLR(
+        optimizer=optimizer,
+        max_lr=config.max_lr,
+        epochs=config.epochs,
+        steps_per_epoch=len(train_dataloader),
+        div_factor=config.lr_div_factor,
+    )
+    model, optimizer, train_dataloader, eval_dataloader, lr_scheduler = accelerator.prepare(
+        model, optimizer, train_dataloader, eval_dataloader, lr_scheduler
+    )
+
+    def prepare_inputs(images: torch.Tensor) -> torch.Tensor:
+        return ((images - mean) / std).contiguous(memory_format=memory_format)
+
+    checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+    fingerprint = checkpoint_fingerprint(config, index.classes, accelerator.num_processes)
+    history = restore_checkpoint(accelerator, checkpoint_dir, fingerprint) if checkpoint_dir else []
+    if history:
+        accelerator.print(f"resumed from the checkpoint of epoch {history[-1].epoch} in {checkpoint_dir}")
+        if accelerator.is_main_process:
+            for result in history:
+                emit(result.as_event(resumed=True))
+
+    for epoch in range(len(history), config.epochs):
+        started = time.perf_counter()
+        model.train()
+        loss_sum = torch.zeros((), device=accelerator.device)
+        batches = torch.zeros((), device=accelerator.device)
+        for batch in train_dataloader:
+            outputs = model(prepare_inputs(batch["image"]))
+            loss = F.cross_entropy(outputs, batch["label"])
+            accelerator.backward(loss)
+            optimizer.step()
+            lr_scheduler.step()
+            optimizer.zero_grad()
+            loss_sum += loss.detach().float()
+            batches += 1
+
+        model.eval()
+        accurate = 0
+        num_elems = 0
+        for batch in eval_dataloader:
+            with torch.no_grad():
+                outputs = model(prepare_inputs(batch["image"]))
+            predictions = outputs.argmax(dim=-1)
+            # gather_for_metrics drops the samples Accelerate repeated to even out the last batch.
+            predictions, labels = accelerator.gather_for_metrics((predictions, batch["label"]))
+            accurate_preds = predictions == labels
+            num_elems += accurate_preds.shape[0]
+            accurate += accurate_preds.long().sum().item()
+        eval_metric = accurate / num_elems
+        train_loss = (accelerator.reduce(loss_sum, "sum") / accelerator.reduce(batches, "sum")).item()
+        accelerator.print(f"epoch {epoch}: {100 * eval_metric:.2f}")
+
+        result = EpochResult(
+            epoch=epoch,
+            accuracy=round(eval_metric, 6),
+            train_loss=round(train_loss, 6),
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        history.append(result)
+        if checkpoint_dir:
+            save_checkpoint(accelerator, checkpoint_dir, epoch, history, fingerprint)
+        if accelerator.is_main_process:
+            emit(result.as_event())
+
+    if accelerator.is_main_process:
+        emit(done_event(history))
+    is_main = accelerator.is_main_process
+    # Without it each process aborts (SIGABRT) at exit when a process group was created.
+    accelerator.end_training()
+    return TrainResult(history=history, classes=index.classes) if is_main else None
