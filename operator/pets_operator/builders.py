@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import posixpath
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from pets_operator import API_VERSION, KIND
 
@@ -137,14 +137,15 @@ def _volumes_and_mounts(spec: Mapping[str, Any]) -> tuple[list[dict], list[dict]
     return volumes, mounts
 
 
-def pod_body(job: Mapping[str, Any], spec: Mapping[str, Any], index: int, attempt: int) -> dict[str, Any]:
+def pod_body(job: Mapping[str, Any], spec: Mapping[str, Any], index: int, attempt: int,
+             command: Sequence[str] = TRAINER_COMMAND) -> dict[str, Any]:
     name = job["metadata"]["name"]
     namespace = job["metadata"]["namespace"]
     volumes, mounts = _volumes_and_mounts(spec)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec["image"],
-        "command": list(TRAINER_COMMAND),
+        "command": list(command),
         "env": pod_env(name, namespace, index, spec),
         "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": int(spec["masterPort"]), "protocol": "TCP"}],
         "resources": dict(spec.get("resources") or {}),

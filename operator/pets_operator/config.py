@@ -1,12 +1,14 @@
 """The operator's own configuration, read from its environment (the Deployment / chart sets it)."""
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Mapping
 
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080
+DEFAULT_TRAINER_COMMAND = ("pets-train",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -21,6 +23,8 @@ class OperatorConfig:
     log_level: str = "INFO"
     peering: str = ""  # empty: --standalone
     liveness_port: int = DEFAULT_LIVENESS_PORT
+    # The trainer container's command; only images with another entrypoint (or tests' stand-ins) change it.
+    trainer_command: tuple[str, ...] = DEFAULT_TRAINER_COMMAND
 
     @property
     def cluster_wide(self) -> bool:
@@ -45,9 +49,22 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
     if not 0 <= port <= 65535:  # 0: no liveness endpoint
         raise ConfigError(f"PETS_OPERATOR_LIVENESS_PORT must be within 0..65535, got {port}")
     return OperatorConfig(
+        trainer_command=_command(environ.get("PETS_OPERATOR_TRAINER_COMMAND", "").strip()),
         namespaces=namespaces,
         trainer_image=image,
         log_level=level,
         peering=environ.get("PETS_OPERATOR_PEERING", "").strip(),
         liveness_port=port,
     )
+
+
+def _command(text: str) -> tuple[str, ...]:
+    if not text:
+        return DEFAULT_TRAINER_COMMAND
+    try:
+        command = json.loads(text)
+    except json.JSONDecodeError:
+        command = None
+    if not isinstance(command, list) or not command or not all(isinstance(part, str) and part for part in command):
+        raise ConfigError(f"PETS_OPERATOR_TRAINER_COMMAND must be a JSON list of non-empty strings, got {text!r}")
+    return tuple(command)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .metrics import epoch_entries, epoch_status, merge_epochs

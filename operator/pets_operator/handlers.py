@@ -73,7 +73,7 @@ async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, s
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         (logger.warning if event.type == "Warning" else logger.info)("%s: %s", event.reason, event.message)
 
-    runner = JobRunner(kube, job, memo.config.trainer_image, pods, post_event, _wakeup(namespace, name), logger)
+    runner = JobRunner(kube, job, memo.config, pods, post_event, _wakeup(namespace, name), logger)
     try:
         await runner.run(stopped)
     finally:

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="pets-operator run",
         description="Run the PetsTrainingJob operator against the cluster in KUBECONFIG (or in-cluster). "
                     "Configuration: PETS_OPERATOR_NAMESPACES, PETS_OPERATOR_TRAINER_IMAGE, PETS_OPERATOR_LOG_LEVEL, "
-                    "PETS_OPERATOR_PEERING, PETS_OPERATOR_LIVENESS_PORT.")
+                    "PETS_OPERATOR_PEERING, PETS_OPERATOR_LIVENESS_PORT, PETS_OPERATOR_TRAINER_COMMAND.")
     parser.add_argument("--log-format", choices=("json", "text"), default="json",
                         help="structured JSON log lines (default) or plain text")
     args = parser.parse_args(argv)

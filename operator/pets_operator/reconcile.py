@@ -121,7 +121,8 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
         step.condition("Succeeded", True, "AllWorkersSucceeded", message)
         step.clear("Running", "Completed", message)
         step.clear("Restarting", "Completed", message)
-        return Plan(step.status, events=[Event("Normal", "Succeeded", message)], wake_at=_ttl_due(step, spec))
+        due = _ttl_due(step, spec)
+        return Plan(step.status, events=[Event("Normal", "Succeeded", message)], finished=due is None, wake_at=due)
     active = sum(1 for p in group if p.phase == RUNNING or p.succeeded)
     if active == num_nodes:
         message = f"{num_nodes} of {num_nodes} worker(s) running"

@@ -12,12 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from . import builders, names
+from . import builders
+from .config import OperatorConfig
 from .follower import EpochBook, PodLogFollower
 from .kube import Kube
 from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, reconcile
 from .spec import with_defaults
-from .status import RUNNING, PodView, pod_view
+from .status import RUNNING, PodView
 from .validation import spec_problems
 
 IDLE_RECHECK_SECONDS = 1.0  # reconcile at least this often even without pod events
@@ -30,14 +31,15 @@ API_EXECUTOR = ThreadPoolExecutor(max_workers=32, thread_name_prefix="kube")
 
 
 class JobRunner:
-    def __init__(self, kube: Kube, job: dict[str, Any], default_image: str,
+    def __init__(self, kube: Kube, job: dict[str, Any], config: OperatorConfig,
                  pods: Callable[[], Iterable[PodView]], post_event: Callable[[Event], None],
                  wakeup: asyncio.Event, logger: logging.Logger | logging.LoggerAdapter = log):
         self.kube = kube
         self.job = job
         self.name = job["metadata"]["name"]
         self.namespace = job["metadata"]["namespace"]
-        self.spec = with_defaults(job.get("spec"), default_image)
+        self.spec = with_defaults(job.get("spec"), config.trainer_image)
+        self.command = list(config.trainer_command)
         self.status = dict(job.get("status") or {})
         self._pods = pods
         self._post_event = post_event
@@ -86,7 +88,7 @@ class JobRunner:
         if plan.create_pods:
             await self.call(self.kube.create_service, builders.service_body(self.job, self.spec))
             attempt = int(self.status.get("restarts") or 0)
-            bodies = [builders.pod_body(self.job, self.spec, index, attempt) for index in plan.create_pods]
+            bodies = [builders.pod_body(self.job, self.spec, index, attempt, self.command) for index in plan.create_pods]
             await asyncio.gather(*(self.call(self.kube.create_pod, body) for body in bodies))
         live = {p.name: p.uid for p in self._pods()}
         for pod in plan.delete_pods:

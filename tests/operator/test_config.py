@@ -37,3 +37,12 @@ def test_run_reports_bad_configuration_without_traceback(monkeypatch, capsys):
     monkeypatch.setenv("PETS_OPERATOR_LOG_LEVEL", "loud")
     assert main([]) == 2
     assert capsys.readouterr().err.startswith("error: PETS_OPERATOR_LOG_LEVEL")
+
+
+def test_trainer_command_override():
+    assert from_environ({}).trainer_command == ("pets-train",)
+    config = from_environ({"PETS_OPERATOR_TRAINER_COMMAND": '["python", "/opt/stand_in.py"]'})
+    assert config.trainer_command == ("python", "/opt/stand_in.py")
+    for bad in ("python x.py", "[]", '[""]', "[1]"):
+        with pytest.raises(ConfigError, match="PETS_OPERATOR_TRAINER_COMMAND"):
+            from_environ({"PETS_OPERATOR_TRAINER_COMMAND": bad})

@@ -7,7 +7,7 @@ import time
 import pytest
 from accelerate.state import AcceleratorState
 
-from pets_trainer.errors import DataError
+from pets_trainer.errors import ConfigError, DataError
 from pets_trainer.metrics import parse_metric_lines
 from pets_trainer.notebook import launch_in_notebook
 from pets_trainer.train import training_loop
@@ -35,7 +35,8 @@ def test_training_loop_learns_and_prints_metric_lines(pets_dir, capsys):
     events = parse_metric_lines(captured_out)
     epochs = epoch_events(events)
     assert [event["epoch"] for event in epochs] == [0, 1, 2]
-    assert all(set(event) == {"event", "epoch", "accuracy", "train_loss", "seconds"} for event in epochs)
+    assert all(set(event) == {"event", "epoch", "accuracy", "train_loss", "seconds", "train_seconds", "eval_seconds"} for event in epochs)
+    assert all(event["train_seconds"] + event["eval_seconds"] == pytest.approx(event["seconds"], abs=0.01) for event in epochs)
     assert events[-1] == {"event": "done", "epochs": 3, "accuracy": epochs[-1]["accuracy"],
                           "best_accuracy": max(event["accuracy"] for event in epochs)}
     assert [entry.accuracy for entry in result.history] == [event["accuracy"] for event in epochs]
@@ -87,7 +88,7 @@ def test_two_pets_train_processes_rendezvous_like_two_pods(tmp_path, trainer_pro
     # is not counted (k/21 can only equal m/22 at 0 and 1).
     assert "104 images, 4 classes, 83 train / 21 eval" in outputs[0][0]
     assert all(round(event["accuracy"] * 21, 4) == round(event["accuracy"] * 21) for event in epochs)
-    assert any(0 < event["accuracy"] < 1 for event in epochs) or epochs[0]["accuracy"] != 0
+    assert any(0 < event["accuracy"] < 1 for event in epochs)
     assert parse_metric_lines(outputs[1][0]) == []  # metric lines come from global rank 0 only
 
 
@@ -128,3 +129,12 @@ def test_killed_run_resumes_from_the_last_finished_epoch(tmp_path, trainer_proce
     assert f"resumed from the checkpoint of epoch {len(replayed) - 1}" in resumed.stdout
     assert events[-1] == {"event": "done", "epochs": 5, "accuracy": epochs[-1]["accuracy"],
                           "best_accuracy": max(event["accuracy"] for event in epochs)}
+
+
+def test_a_checkpoint_from_a_different_run_is_refused(pets_dir, tmp_path, capsys):
+    checkpoints = tmp_path / "ckpt"
+    training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **TINY)
+    assert sorted(path.name for path in checkpoints.iterdir()) == ["epoch-0001", "epoch-0002"]  # the last two
+    AcceleratorState._reset_state(True)
+    with pytest.raises(ConfigError, match=r"from a different run \(batch_size=8 there, 16 now\)"):
+        training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **{**TINY, "batch_size": 16})

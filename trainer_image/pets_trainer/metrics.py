@@ -12,6 +12,9 @@ class EpochResult:
     accuracy: float
     train_loss: float
     seconds: float
+    # Beyond the contract's fields: the two halves of `seconds`, for throughput figures.
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
 
     def as_event(self, resumed: bool = False) -> dict:
         event = {"event": "epoch", **asdict(self)}

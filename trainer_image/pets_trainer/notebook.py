@@ -31,7 +31,7 @@ def launch_in_notebook(
     """
     from accelerate import notebook_launcher
 
-    config = (config or TrainConfig()).replace(**overrides) if overrides else (config or TrainConfig())
+    config = (config or TrainConfig()).replace(**overrides)
     notebook_launcher(
         notebook_training_function,
         args=(config.to_json(),),

@@ -55,11 +55,6 @@ def supported_mixed_precision(requested: str, cpu: bool = False) -> str:
     return requested
 
 
-def resolve_config(config: TrainConfig | None = None, **overrides) -> TrainConfig:
-    config = config or TrainConfig()
-    return config.replace(**overrides) if overrides else config
-
-
 def checkpoint_fingerprint(config: TrainConfig, classes: tuple[str, ...], num_processes: int) -> dict:
     """What a checkpoint's state depends on; resuming with anything else would be a different run."""
     keys = ("model", "seed", "batch_size", "epochs", "max_lr", "lr_div_factor", "image_size", "train_fraction")
@@ -68,7 +63,7 @@ def checkpoint_fingerprint(config: TrainConfig, classes: tuple[str, ...], num_pr
 
 def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult | None:
     """Train and evaluate; returns the result on the main process, None on the others."""
-    config = resolve_config(config, **overrides)
+    config = (config or TrainConfig()).replace(**overrides)
     if not config.data_dir:
         raise ConfigError("data_dir is not set: the directory of <breed>_<n>.jpg images")
     set_seed(config.seed)
@@ -135,6 +130,7 @@ def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult
             optimizer.zero_grad()
             loss_sum += loss.detach().float()
             batches += 1
+        train_seconds = time.perf_counter() - started
 
         model.eval()
         accurate = 0
@@ -157,6 +153,8 @@ def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult
             accuracy=round(eval_metric, 6),
             train_loss=round(train_loss, 6),
             seconds=round(time.perf_counter() - started, 3),
+            train_seconds=round(train_seconds, 3),
+            eval_seconds=round(time.perf_counter() - started - train_seconds, 3),
         )
         history.append(result)
         if checkpoint_dir:

@@ -37,25 +37,27 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $scope -}}
 {{- end -}}
 
-{{/* Permissions in each namespace it serves. */}}
+{{/* Permissions in each namespace it serves: the calls in pets_operator/kube.py and kopf's own. */}}
 {{- define "pets-operator.namespacedRules" -}}
-# The resource it serves: kopf patches finalizers and its progress annotations, then status.
+# The resource it serves: kopf watches it and patches its finalizer and annotations; the
+# operator deletes finished jobs after spec.ttlSecondsAfterFinished.
 - apiGroups: [training.pets.dev]
   resources: [petstrainingjobs]
-  verbs: [get, list, watch, patch]
+  verbs: [get, list, watch, patch, delete]
 - apiGroups: [training.pets.dev]
   resources: [petstrainingjobs/status]
-  verbs: [get, patch, update]
-# What each job owns: one headless Service and one pod per node; pod 0's log carries the metrics.
+  verbs: [get, patch]
+# What each job owns: one pod per node (watched through a kopf index) and one headless
+# Service, which the garbage collector removes with the job; pod 0's log carries the metrics.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, create, delete, patch]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, watch, create, delete]
+  verbs: [create]
 # kopf posts its handler progress and errors as core events.
 - apiGroups: [""]
   resources: [events]

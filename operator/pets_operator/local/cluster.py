@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import os
-import signal
 import socket
 import threading
 from pathlib import Path
@@ -149,7 +147,7 @@ class LocalCluster:
         raise errors.bad_request(f"no resource of kind {kind} in {api_version} is served")
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Create one object (from the cluster's own thread, where the store lives)."""
+        """Create one object (on the cluster's own loop, where the store lives); AlreadyExists if present."""
         assert self._loop is not None
 
         async def create() -> dict[str, Any]:
@@ -162,15 +160,13 @@ class LocalCluster:
 
     def process_ids(self) -> list[int]:
         """Pids of the container processes now running (for tests of process hygiene)."""
-        if self.kubelet is None:
+        if self.kubelet is None or self._loop is None:
             return []
-        return [c.process.pid for w in self.kubelet.workers.values() for c in w.containers
-                if c.process is not None and c.process.returncode is None]
+        kubelet = self.kubelet
 
+        async def running() -> list[int]:  # read on the cluster's loop, where the kubelet mutates it
+            return [c.process.pid for w in kubelet.workers.values() for c in w.containers
+                    if c.process is not None and c.process.returncode is None]
 
-def kill_leftovers(pids: Iterable[int]) -> None:
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        return asyncio.run_coroutine_threadsafe(running(), self._loop).result(timeout=10)
+

@@ -76,7 +76,9 @@ class Collector:
             meta = obj["metadata"]
             if meta.get("deletionTimestamp"):
                 self._finalize(key, obj, dependents.get(meta["uid"], []))
-            refs = meta.get("ownerReferences") or []
+            # Re-read: finalizing an owner earlier in this sweep may have changed this object.
+            current = self.storage.store.get(key, meta.get("namespace", ""), meta["name"])
+            refs = (current or {}).get("metadata", {}).get("ownerReferences") or []
             if refs:
                 alive = [r for r in refs if self.storage.store.exists_uid(r.get("uid", ""))]
                 if not alive:

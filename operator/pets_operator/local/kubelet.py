@@ -10,6 +10,7 @@ import asyncio
 import base64
 import logging
 import os
+import platform
 import shutil
 import signal
 import sys
@@ -47,8 +48,9 @@ def image_repository(image: str) -> str:
 class ContainerRun:
     """One container of a pod: its process, restarts and reported state."""
 
-    def __init__(self, worker: "PodWorker", spec: dict[str, Any]):
+    def __init__(self, worker: "PodWorker", spec: dict[str, Any], init: bool = False):
         self.worker = worker
+        self.init = init
         self.spec = spec
         self.name = spec["name"]
         self.process: asyncio.subprocess.Process | None = None
@@ -68,6 +70,8 @@ class ContainerRun:
     async def run(self) -> int:
         """Run (and restart per restartPolicy) until the container stops for good; its last exit code."""
         policy = self.worker.pod["spec"].get("restartPolicy", "Always")
+        if self.init and policy == "Always":
+            policy = "OnFailure"  # init containers run to completion
         backoff = 1.0
         while True:
             code = await self._run_once()
@@ -153,6 +157,7 @@ class PodWorker:
         self.uid = meta["uid"]
         self.path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
         self.pod_dir = kubelet.workdir / "pods" / f"{meta['namespace']}_{meta['name']}_{self.uid}"
+        self.init_containers = [ContainerRun(self, c, init=True) for c in pod["spec"].get("initContainers") or []]
         self.containers = [ContainerRun(self, c) for c in pod["spec"]["containers"]]
         self.stop_requested = asyncio.Event()
         self.stopping = False
@@ -171,7 +176,7 @@ class PodWorker:
             if "hostPath" in volume:
                 local = Path(volume["hostPath"]["path"])
             elif "persistentVolumeClaim" in volume:
-                local = self.kubelet.workdir / "pvc" / namespace / volume["persistentVolumeClaim"]["claimName"]
+                local = self.kubelet.workdir / "pvc" / volume["persistentVolumeClaim"]["claimName"]
             else:
                 local = self.pod_dir / "volumes" / name
             local.mkdir(parents=True, exist_ok=True)
@@ -227,7 +232,9 @@ class PodWorker:
             command = list(self.kubelet.entrypoints.get(image_repository(container.get("image", "")), []))
         if not command:
             raise ValueError(f"image {container.get('image')!r} has no local entrypoint; set the container's command")
-        argv = [paths.local(expand(a, pod_env)) for a in command + list(container.get("args") or [])]
+        # argv is left as written (a host path such as sys.executable may sit under a mountPath);
+        # $(VAR) references pick up the already mapped env values.
+        argv = [expand(a, pod_env) for a in command + list(container.get("args") or [])]
         executable = resolve_executable(argv[0], env.get("PATH"))
         if executable is None:
             raise ValueError(f'exec: "{argv[0]}": executable file not found in $PATH')
@@ -242,22 +249,28 @@ class PodWorker:
         try:
             self.pod_dir.mkdir(parents=True, exist_ok=True)
             await self.report()
+            for init in self.init_containers:  # one after another, each to success
+                if await init.run() != 0 or self.stopping:
+                    self.phase = "Failed"
+                    await self.report()
+                    return
             self.phase = "Running"
             codes = await asyncio.gather(*(c.run() for c in self.containers))
             self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
             await self.report()
         finally:
             self.kubelet.ports.release(self.uid)
-        if self.stopping:
-            await self.kubelet.finish_deletion(self)
+            if self.stopping:
+                await self.kubelet.finish_deletion(self)
 
     async def stop(self, grace: float) -> None:
         self.stopping = True
         self.stop_requested.set()
-        await asyncio.gather(*(c.stop(grace) for c in self.containers))
+        await asyncio.gather(*(c.stop(grace) for c in self.init_containers + self.containers))
 
     async def report(self) -> None:
         statuses = [c.status() for c in self.containers]
+        init_statuses = [c.status() for c in self.init_containers]
         started = any(c.process is not None or c.restart_count or "terminated" in c.state for c in self.containers)
         phase = self.phase if self.phase in ("Succeeded", "Failed") else ("Running" if started else "Pending")
         ready = phase == "Running" and all(s["ready"] for s in statuses)
@@ -265,9 +278,10 @@ class PodWorker:
         status = {
             "phase": phase, "hostIP": LOOPBACK, "hostIPs": [{"ip": LOOPBACK}], "podIP": LOOPBACK, "podIPs": [{"ip": LOOPBACK}],
             "startTime": self.started, "containerStatuses": statuses, "qosClass": "BestEffort",
+            **({"initContainerStatuses": init_statuses} if init_statuses else {}),
             "conditions": [
                 {"type": "PodScheduled", "status": "True"},
-                {"type": "Initialized", "status": "True"},
+                {"type": "Initialized", "status": "False" if self.init_containers and self.phase == "Pending" else "True"},
                 {"type": "ContainersReady", "status": "True" if ready else "False", **ready_reason},
                 {"type": "Ready", "status": "True" if ready else "False", **ready_reason},
             ],
@@ -304,8 +318,10 @@ class Kubelet:
             "addresses": [{"type": "InternalIP", "address": LOOPBACK}, {"type": "Hostname", "address": self.node_name}],
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "local kubelet is posting ready status",
                             "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}],
-            "nodeInfo": {"kubeletVersion": "v1.32.0-pets-local", "operatingSystem": "linux", "architecture": "amd64",
-                         "containerRuntimeVersion": "local://processes"},
+            "nodeInfo": {"kubeletVersion": "v1.32.0-pets-local", "kubeProxyVersion": "", "operatingSystem": "linux",
+                         "architecture": "amd64", "containerRuntimeVersion": "local://processes", "osImage": platform.platform(),
+                         "kernelVersion": platform.release(), "machineID": self.node_name, "systemUUID": self.node_name,
+                         "bootID": self.node_name},
         }})
 
     async def run(self) -> None:

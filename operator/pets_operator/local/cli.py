@@ -1,0 +1,63 @@
+"""`pets-operator local up`: a local cluster (API server + kubelet) until Ctrl-C.
+
+Prints the kubeconfig path and content so `kubectl` and the notebook client can use it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from .cluster import LocalCluster
+
+REPO_CRD = Path(__file__).resolve().parents[3] / "manifests" / "crd.yaml"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="pets-operator local", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", required=True)
+    up = sub.add_parser("up", help="start the local cluster and keep it running until interrupted")
+    up.add_argument("--workdir", type=Path, help="pod logs, volumes and the kubeconfig (default: a new temporary directory)")
+    up.add_argument("--port", type=int, default=0, help="API server port on 127.0.0.1 (default: a free one)")
+    up.add_argument("--cpu", type=float, default=float(os.cpu_count() or 2), help="CPU capacity of the local node (default: %(default)g)")
+    up.add_argument("--memory", default="8Gi", help="memory capacity of the local node (default: %(default)s)")
+    up.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the local node (default: 0)")
+    up.add_argument("--crd", type=Path, action="append", default=None,
+                    help=f"CRD manifest to apply at start; repeatable (default: {REPO_CRD} when present)")
+    up.add_argument("--kubeconfig-out", type=Path, help="also write the kubeconfig to this path")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    crds = args.crd if args.crd is not None else ([REPO_CRD] if REPO_CRD.exists() else [])
+    for crd in crds:
+        if not crd.is_file():
+            print(f"error: CRD manifest {crd} does not exist", file=sys.stderr)
+            return 2
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pets-local-"))
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        cluster = LocalCluster(workdir=workdir, cpu=args.cpu, memory=args.memory, gpus=args.gpus, crds=crds, port=args.port)
+        cluster.start()
+    except OSError as error:
+        print(f"error: cannot start the local cluster: {error}", file=sys.stderr)
+        return 2
+    try:
+        text = cluster.kubeconfig.read_text(encoding="utf-8")
+        if args.kubeconfig_out:
+            args.kubeconfig_out.write_text(text, encoding="utf-8")
+        print(f"Local cluster API server at {cluster.url} (node {cluster.node_name}, {cluster.capacity['cpu']} CPUs); workdir {workdir}")
+        print(f"kubeconfig: {cluster.kubeconfig}\n---\n{text}---")
+        print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
+        stop.wait()
+    finally:
+        cluster.stop()
+    return 0

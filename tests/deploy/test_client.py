@@ -1,0 +1,165 @@
+"""The notebook client: argument plumbing against recording stubs, then the real kubernetes
+client against the local API server (no operator: the test plays the operator's status writes)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from pets_operator import client as pets_client
+from pets_operator.client import JobFailed, PetsClientError, PetsTrainingJobClient
+
+GVP = ("training.pets.dev", "v1alpha1")
+
+
+class Recorder:
+    """Stands in for CustomObjectsApi / CoreV1Api: records calls, answers from a script."""
+
+    def __init__(self, answers: dict | None = None):
+        self.calls: list[tuple[str, tuple, dict]] = []
+        self.answers = answers or {}
+
+    def __getattr__(self, method: str):
+        def call(*args, **kwargs):
+            self.calls.append((method, args, kwargs))
+            answer = self.answers.get(method)
+            if isinstance(answer, Exception):
+                raise answer
+            if isinstance(answer, list):  # one answer per call, the last one repeats
+                return answer.pop(0) if len(answer) > 1 else answer[0]
+            return answer
+        return call
+
+
+def api_exception(status: int, message: str) -> ApiException:
+    error = ApiException(status=status, reason="Refused")
+    error.body = json.dumps({"kind": "Status", "message": message})
+    return error
+
+
+def make_client(custom_answers=None, core_answers=None) -> tuple[PetsTrainingJobClient, Recorder, Recorder]:
+    custom, core = Recorder(custom_answers), Recorder(core_answers)
+    return PetsTrainingJobClient(namespace="ml", custom_api=custom, core_api=core), custom, core
+
+
+def test_submit_sends_a_petstrainingjob_with_camel_case_spec():
+    client, custom, _ = make_client()
+    job = client.submit("pets", num_nodes=2, processesPerNode=1, max_learning_rate=0.01,
+                        data={"synthetic": {"imagesPerClass": 8}}, labels={"team": "ml"})
+    ((method, args, kwargs),) = custom.calls
+    assert method == "create_namespaced_custom_object"
+    assert args[:4] == (*GVP, "ml", "petstrainingjobs")
+    assert args[4] == {
+        "apiVersion": "training.pets.dev/v1alpha1", "kind": "PetsTrainingJob",
+        "metadata": {"name": "pets", "namespace": "ml", "labels": {"team": "ml"}},
+        "spec": {"numNodes": 2, "processesPerNode": 1, "maxLearningRate": 0.01,
+                 "data": {"synthetic": {"imagesPerClass": 8}}},
+    }
+    assert kwargs == {"field_validation": "Strict"}
+    assert (job.name, job.namespace) == ("pets", "ml")
+
+
+def test_status_epochs_logs_and_delete_address_the_right_objects():
+    status = {"phase": "Running", "epochs": [{"epoch": 0, "accuracy": 0.5}]}
+    client, custom, core = make_client({"get_namespaced_custom_object": {"status": status}},
+                                       {"read_namespaced_pod_log": "epoch 0 done\n"})
+    job = client.job("pets", namespace="other")
+    assert job.status() == status
+    assert job.phase == "Running"
+    assert job.epochs() == [{"epoch": 0, "accuracy": 0.5}]
+    assert job.logs(index=1, tail_lines=5) == "epoch 0 done\n"
+    job.delete()
+    assert custom.calls[0][:2] == ("get_namespaced_custom_object", (*GVP, "other", "petstrainingjobs", "pets"))
+    assert core.calls == [("read_namespaced_pod_log", ("pets-1", "other"), {"tail_lines": 5})]
+    assert custom.calls[-1] == ("delete_namespaced_custom_object", (*GVP, "other", "petstrainingjobs", "pets"),
+                                {"propagation_policy": "Background"})
+
+
+def test_jobs_lists_handles_in_the_namespace():
+    listing = {"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}
+    client, custom, _ = make_client({"list_namespaced_custom_object": listing})
+    assert [job.name for job in client.jobs(label_selector="team=ml")] == ["a", "b"]
+    assert custom.calls == [("list_namespaced_custom_object", (*GVP, "ml", "petstrainingjobs"),
+                             {"label_selector": "team=ml"})]
+
+
+def test_wait_reports_each_epoch_once_and_returns_the_final_status():
+    statuses = [
+        {"status": {"phase": "Pending"}},
+        {"status": {"phase": "Running", "epochs": [{"epoch": 0, "accuracy": 0.4}]}},
+        {"status": {"phase": "Running", "epochs": [{"epoch": 0, "accuracy": 0.4}]}},
+        {"status": {"phase": "Succeeded", "epochs": [{"epoch": 0, "accuracy": 0.4}, {"epoch": 1, "accuracy": 0.7}]}},
+    ]
+    client, _, _ = make_client({"get_namespaced_custom_object": statuses})
+    seen = []
+    final = client.job("pets").wait(timeout=10, poll=0, on_epoch=seen.append)
+    assert final["phase"] == "Succeeded"
+    assert seen == [{"epoch": 0, "accuracy": 0.4}, {"epoch": 1, "accuracy": 0.7}]
+
+
+def test_wait_times_out_with_the_phase_it_saw():
+    client, _, _ = make_client({"get_namespaced_custom_object": {"status": {"phase": "Running"}}})
+    with pytest.raises(TimeoutError, match=r"ml/pets is Running after 0.05s; waited for Failed, Succeeded"):
+        client.job("pets").wait(timeout=0.05, poll=0.01)
+
+
+def test_wait_for_a_failed_job():
+    answer = {"status": {"phase": "Failed", "message": "worker 1 exited with 2"}}
+    client, _, _ = make_client({"get_namespaced_custom_object": answer})
+    assert client.job("pets").wait(timeout=1, poll=0)["phase"] == "Failed"
+    with pytest.raises(JobFailed, match="worker 1 exited with 2"):
+        client.job("pets").wait(timeout=1, poll=0, raise_on_failure=True)
+    with pytest.raises(ValueError):
+        client.job("pets").wait(phases=())
+
+
+def test_api_errors_carry_the_servers_message():
+    refused = api_exception(422, 'PetsTrainingJob.training.pets.dev "pets" is invalid: spec.numNodes: must be >= 1')
+    client, _, _ = make_client({"create_namespaced_custom_object": refused,
+                                "delete_namespaced_custom_object": api_exception(404, "not found")})
+    with pytest.raises(PetsClientError, match=r"spec.numNodes: must be >= 1 \(HTTP 422\)") as caught:
+        client.submit("pets", num_nodes=0)
+    assert caught.value.status == 422
+    client.job("pets").delete()  # already gone: fine by default
+    with pytest.raises(PetsClientError, match="not found"):
+        client.job("pets").delete(missing_ok=False)
+
+
+def test_camel_case_leaves_camel_case_alone():
+    assert [pets_client.camel_case(n) for n in ("num_nodes", "numNodes", "epochs", "active_deadline_seconds")] == \
+        ["numNodes", "numNodes", "epochs", "activeDeadlineSeconds"]
+
+
+def test_against_the_local_api_server(local_cluster, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(local_cluster.kubeconfig))
+    from kubernetes import client as kube
+
+    client = PetsTrainingJobClient()  # connects through KUBECONFIG like a notebook would
+    assert client.namespace == "default"
+    job = client.submit("pets", num_nodes=2, epochs=2, data={"synthetic": {"classes": 3}})
+    created = job.get()
+    assert created["spec"]["numNodes"] == 2
+    assert created["spec"]["model"] == "resnet50d", "the CRD's defaults are filled in by the server"
+    assert job.status() == {} and job.phase is None
+
+    with pytest.raises(PetsClientError, match=r"spec\.numNodes.*less than or equal to 256") as refused:
+        client.submit("too-big", num_nodes=1000, data={"synthetic": {}})
+    assert refused.value.status == 422
+    with pytest.raises(PetsClientError, match=r'unknown field "spec\.numNodez"'):
+        client.submit("typo", num_nodez=2, data={"synthetic": {}})
+
+    # What the operator would write while the job runs.
+    status_api = kube.CustomObjectsApi(client.custom.api_client)
+    status_api.patch_namespaced_custom_object_status(
+        *GVP, "default", "petstrainingjobs", "pets",
+        {"status": {"phase": "Succeeded", "epochs": [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.75}]}})
+    seen = []
+    assert job.wait(timeout=30, poll=0.1, on_epoch=seen.append)["phase"] == "Succeeded"
+    assert [entry["accuracy"] for entry in seen] == [0.5, 0.75]
+    assert [j.name for j in client.jobs()] == ["pets"]
+
+    job.delete()
+    with pytest.raises(PetsClientError) as gone:
+        job.get()
+    assert gone.value.status == 404

@@ -1,0 +1,150 @@
+"""The e2e stack: a LocalCluster, the real operator as a subprocess, the official client."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from pets_operator import GROUP, PLURAL, VERSION
+from pets_operator.local import LocalCluster
+
+REPO = Path(__file__).resolve().parents[2]
+STAND_IN = Path(__file__).with_name("stand_in.py")
+NAMESPACE = "default"
+
+
+class OperatorProcess:
+    """`python -m pets_operator run` against the cluster; kill -9 and start again at will."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, extra_env: dict[str, str]):
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PETS_OPERATOR_LIVENESS_PORT": "0",
+                    "PETS_OPERATOR_LOG_LEVEL": "INFO", **extra_env}
+        self.log_dir = log_dir
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> "OperatorProcess":
+        self.starts += 1
+        log = (self.log_dir / f"operator-{self.starts}.log").open("wb")
+        self.process = subprocess.Popen([sys.executable, "-m", "pets_operator", "run"], env=self.env,
+                                        stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("operator-*.log")))
+
+
+class Api:
+    def __init__(self, kubeconfig: Path):
+        client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.custom = kubernetes.client.CustomObjectsApi(client)
+
+    def create_job(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PetsTrainingJob",
+                "metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body)
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def delete_job(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name)
+
+    def pods(self, job: str) -> list:
+        return self.core.list_namespaced_pod(NAMESPACE, label_selector=f"{GROUP}/job-name={job}").items
+
+    def services(self, job: str) -> list:
+        return [s for s in self.core.list_namespaced_service(NAMESPACE).items if s.metadata.name == f"{job}-workers"]
+
+    def events(self, name: str) -> list:
+        return [e for e in self.core.list_namespaced_event(NAMESPACE).items if e.involved_object.name == name]
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, describe: Callable[[], str] = lambda: "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{describe()}")
+
+
+def stand_in_env() -> dict[str, str]:
+    return {"PETS_OPERATOR_TRAINER_COMMAND": json.dumps([sys.executable, str(STAND_IN)])}
+
+
+@pytest.fixture(name="wait_for")
+def wait_for_fixture():
+    return wait_for
+
+
+@pytest.fixture(name="stand_in_env")
+def stand_in_env_fixture():
+    return stand_in_env()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=[REPO / "manifests" / "crd.yaml"]) as running:
+        yield running
+
+
+@pytest.fixture
+def api(cluster) -> Api:
+    return Api(cluster.kubeconfig)
+
+
+@pytest.fixture
+def operator_process(cluster, tmp_path, request):
+    """A factory: operator_process(extra_env) -> started OperatorProcess, stopped in teardown."""
+    started: list[OperatorProcess] = []
+
+    def start(extra_env: dict[str, str] | None = None) -> OperatorProcess:
+        log_dir = tmp_path / f"operator-{len(started)}"
+        log_dir.mkdir()
+        process = OperatorProcess(cluster.kubeconfig, log_dir, extra_env or {}).start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
+        for process in started:
+            print(process.logs()[-6000:])
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)

@@ -1,0 +1,96 @@
+"""Operator behaviour through the local cluster with a cheap stand-in trainer command."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def job_spec(**extra):
+    return {"numNodes": 2, "epochs": 3, "model": "resnet10t", "data": {"synthetic": {}}, **extra}
+
+
+def phase(api, name):
+    return ((api.job(name) or {}).get("status") or {}).get("phase")
+
+
+def test_stand_in_job_succeeds_with_live_epochs(api, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    api.create_job("quick", job_spec())
+    status = wait_for("Succeeded", lambda: phase(api, "quick") == "Succeeded" and api.job("quick")["status"], 60,
+                      operator.logs)
+    assert [e["epoch"] for e in status["epochs"]] == [0, 1, 2]
+    assert status["currentEpoch"] == 2 and status["bestAccuracy"] == status["accuracy"]
+    assert status["workers"]["succeeded"] == 2 and status["restarts"] == 0
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"Created": "True", "Running": "False", "Succeeded": "True"}
+    pods = api.pods("quick")
+    assert sorted(p.metadata.name for p in pods) == ["quick-0", "quick-1"]
+    assert len(api.services("quick")) == 1
+
+
+def test_worker_failure_past_backoff_fails_and_removes_the_others(api, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    api.create_job("broken", job_spec(epochs=20, env=[{"name": "STAND_IN_FAIL_RANK", "value": "1"}]))
+    wait_for("Failed", lambda: phase(api, "broken") == "Failed", 60, operator.logs)
+    status = api.job("broken")["status"]
+    assert "worker broken-1 failed (exit code 3" in status["message"]
+    assert "backoffLimit (0) reached" in status["message"]
+    wait_for("pod 0 removed", lambda: [p.metadata.name for p in api.pods("broken")] == ["broken-1"], 30)
+
+
+def test_worker_failure_within_backoff_restarts_the_group(api, operator_process, stand_in_env, wait_for, tmp_path):
+    operator = operator_process(stand_in_env)
+    marker = tmp_path / "failed-once"
+    api.create_job("flaky", job_spec(backoffLimit=1, env=[{"name": "STAND_IN_FAIL_RANK", "value": "1"},
+                                                         {"name": "STAND_IN_FAIL_ONCE", "value": str(marker)}]))
+    wait_for("Succeeded", lambda: phase(api, "flaky") == "Succeeded", 90, operator.logs)
+    status = api.job("flaky")["status"]
+    assert marker.exists() and status["restarts"] == 1
+    assert [e["epoch"] for e in status["epochs"]] == [0, 1, 2]
+    restarting = next(c for c in status["conditions"] if c["type"] == "Restarting")
+    assert restarting["status"] == "False" and restarting["reason"] == "Completed"
+    pods = api.pods("flaky")
+    assert len(pods) == 2 and {p.metadata.labels["training.pets.dev/attempt"] for p in pods} == {"1"}
+
+
+def test_invalid_spec_fails_with_a_clear_message_and_an_event(api, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    api.create_job("needs-weights", job_spec(pretrained=True))
+    wait_for("Failed", lambda: phase(api, "needs-weights") == "Failed", 30, operator.logs)
+    status = api.job("needs-weights")["status"]
+    assert "pretrained: true needs spec.pretrainedWeights" in status["message"]
+    assert api.pods("needs-weights") == []
+    events = wait_for("the Warning event", lambda: [e for e in api.events("needs-weights") if e.reason == "InvalidSpec"], 15)
+    assert events[0].type == "Warning"
+
+
+def test_schema_rejects_what_it_can(api):
+    from kubernetes.client.exceptions import ApiException
+    with pytest.raises(ApiException) as raised:
+        api.create_job("bad-nodes", job_spec(numNodes=0))
+    assert raised.value.status == 422
+
+
+def test_deletion_mid_run_leaves_nothing(api, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    api.create_job("doomed", job_spec(epochs=200, env=[{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.5"}]))
+    wait_for("Running", lambda: phase(api, "doomed") == "Running", 60, operator.logs)
+    api.delete_job("doomed")
+    wait_for("everything gone", lambda: api.job("doomed") is None and not api.pods("doomed")
+             and not api.services("doomed"), 60, operator.logs)
+
+
+def test_operator_restart_mid_run_neither_duplicates_nor_loses(api, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    api.create_job("steady", job_spec(epochs=8, env=[{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.6"}]))
+    wait_for("two epochs", lambda: len((api.job("steady").get("status") or {}).get("epochs") or []) >= 2, 60,
+             operator.logs)
+    uids = sorted(p.metadata.uid for p in api.pods("steady"))
+    operator.kill()
+    operator.start()
+    wait_for("Succeeded", lambda: phase(api, "steady") == "Succeeded", 60, operator.logs)
+    status = api.job("steady")["status"]
+    assert [e["epoch"] for e in status["epochs"]] == list(range(8))
+    assert sorted(p.metadata.uid for p in api.pods("steady")) == uids
+    assert status["restarts"] == 0

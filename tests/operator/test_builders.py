@@ -1,0 +1,132 @@
+import kubernetes_validate
+import pytest
+
+from pets_operator import builders, names
+from pets_operator.spec import with_defaults
+
+
+def env_of(pod):
+    return {item["name"]: item["value"] for item in pod["spec"]["containers"][0]["env"]}
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_rendezvous_environment_per_index(job, spec, index):
+    env = env_of(builders.pod_body(job, spec, index, attempt=0))
+    assert env["MASTER_ADDR"] == "pets-0.pets-workers.ml.svc"
+    assert env["MASTER_PORT"] == "29500"
+    assert env["NUM_MACHINES"] == "2"
+    assert env["MACHINE_RANK"] == env["JOB_COMPLETION_INDEX"] == str(index)
+    assert env["NPROC_PER_NODE"] == "2" and env["WORLD_SIZE"] == "4"
+    assert (env["MODEL"], env["EPOCHS"], env["SEED"], env["BATCH_SIZE"]) == ("resnet10t", "3", "42", "64")
+    assert (env["MIXED_PRECISION"], env["MAX_LR"], env["NUM_WORKERS"], env["IMAGE_SIZE"]) == ("no", "0.03", "4", "224")
+    assert env["DATA_DIR"] == "/data" and env["PRETRAINED"] == "false"
+    assert (env["SYNTHETIC_CLASSES"], env["SYNTHETIC_IMAGES_PER_CLASS"], env["SYNTHETIC_IMAGE_SIZE"]) == ("3", "20", "64")
+    assert "CHECKPOINT_DIR" not in env and "PRETRAINED_WEIGHTS" not in env
+
+
+def test_every_managed_variable_is_reserved(job, spec):
+    spec = with_defaults({**spec, "pretrained": True, "pretrainedWeights": "/w/r.safetensors", "checkpoint": {}},
+                         "img")
+    assert set(env_of(builders.pod_body(job, spec, 0, 0))) <= builders.MANAGED_ENV
+
+
+def test_pod_identity_labels_and_owner(job, spec):
+    pod = builders.pod_body(job, spec, 1, attempt=3)
+    meta = pod["metadata"]
+    assert meta["name"] == "pets-1" and meta["namespace"] == "ml"
+    assert meta["labels"][names.LABEL_JOB_NAME] == "pets"
+    assert meta["labels"][names.LABEL_REPLICA_INDEX] == "1"
+    assert meta["labels"][names.LABEL_ATTEMPT] == "3"
+    assert meta["annotations"][names.ANNOTATION_COMPLETION_INDEX] == "1"
+    assert meta["ownerReferences"] == [{"apiVersion": "training.pets.dev/v1alpha1", "kind": "PetsTrainingJob",
+                                        "name": "pets", "uid": "uid-1", "controller": True,
+                                        "blockOwnerDeletion": True}]
+    assert pod["spec"]["hostname"] == "pets-1" and pod["spec"]["subdomain"] == "pets-workers"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["containers"][0]["command"] == ["pets-train"]
+    assert pod["spec"]["containers"][0]["image"] == "pets-trainer:0.1.0"
+
+
+def test_security_defaults(job, spec):
+    pod = builders.pod_body(job, spec, 0, 0)
+    assert pod["spec"]["enableServiceLinks"] is False
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in pod["spec"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = pod["spec"]["containers"][0]["securityContext"]
+    assert container["allowPrivilegeEscalation"] is False and container["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_service_account_mounts_its_token(job, spec):
+    pod = builders.pod_body(job, {**spec, "serviceAccountName": "trainer"}, 0, 0)
+    assert pod["spec"]["serviceAccountName"] == "trainer"
+    assert pod["spec"]["automountServiceAccountToken"] is True
+
+
+def test_scheduling_and_resources_are_passed_through(job, spec):
+    spec = {**spec, "resources": {"limits": {"nvidia.com/gpu": 2, "memory": "8Gi"}, "requests": {"cpu": "2"}},
+            "nodeSelector": {"gpu": "a100"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "imagePullPolicy": "IfNotPresent", "env": [{"name": "OMP_NUM_THREADS", "value": "4"}]}
+    pod = builders.pod_body(job, spec, 0, 0)
+    container = pod["spec"]["containers"][0]
+    assert container["resources"] == spec["resources"]
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert env_of(pod)["OMP_NUM_THREADS"] == "4"
+    assert pod["spec"]["nodeSelector"] == {"gpu": "a100"}
+    assert pod["spec"]["tolerations"] == spec["tolerations"]
+
+
+def volume(pod, name):
+    return next(v for v in pod["spec"]["volumes"] if v["name"] == name)
+
+
+def mount(pod, name):
+    return next(m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == name)
+
+
+def test_synthetic_data_is_a_writable_empty_dir(job, spec):
+    pod = builders.pod_body(job, spec, 0, 0)
+    assert volume(pod, "data") == {"name": "data", "emptyDir": {}}
+    assert mount(pod, "data") == {"name": "data", "mountPath": "/data", "readOnly": False}
+
+
+def test_pvc_data_with_path_and_checkpoint(job):
+    spec = with_defaults({"data": {"persistentVolumeClaim": {"claimName": "pets"}, "path": "images"},
+                          "checkpoint": {"persistentVolumeClaim": {"claimName": "ckpt"}}}, "img")
+    pod = builders.pod_body(job, spec, 0, 0)
+    assert volume(pod, "data")["persistentVolumeClaim"] == {"claimName": "pets", "readOnly": True}
+    assert mount(pod, "data")["readOnly"] is True
+    assert volume(pod, "checkpoint")["persistentVolumeClaim"] == {"claimName": "ckpt"}
+    assert mount(pod, "checkpoint")["mountPath"] == "/checkpoints"
+    env = env_of(pod)
+    assert env["DATA_DIR"] == "/data/images" and env["CHECKPOINT_DIR"] == "/checkpoints"
+
+
+def test_host_path_data_and_checkpoint(job):
+    spec = with_defaults({"data": {"hostPath": "/srv/pets"},
+                          "checkpoint": {"hostPath": "/srv/ckpt", "path": "/state"}}, "img")
+    pod = builders.pod_body(job, spec, 0, 0)
+    assert volume(pod, "data")["hostPath"] == {"path": "/srv/pets", "type": "Directory"}
+    assert volume(pod, "checkpoint")["hostPath"] == {"path": "/srv/ckpt", "type": "DirectoryOrCreate"}
+    assert env_of(pod)["CHECKPOINT_DIR"] == "/state"
+
+
+def test_headless_service(job, spec):
+    service = builders.service_body(job, {**spec, "masterPort": 30000})
+    assert service["metadata"]["name"] == "pets-workers"
+    assert service["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {names.LABEL_JOB_NAME: "pets"}
+    assert service["spec"]["ports"][0]["port"] == 30000
+
+
+def test_bodies_are_valid_kubernetes_objects(job):
+    spec = with_defaults({"numNodes": 3, "data": {"hostPath": "/srv"}, "checkpoint": {},
+                          "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": 1}},
+                          "tolerations": [{"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute",
+                                           "tolerationSeconds": 5}]}, "img")
+    for body in (builders.service_body(job, spec), builders.pod_body(job, spec, 2, 1)):
+        kubernetes_validate.validate(body, "1.30", strict=True)

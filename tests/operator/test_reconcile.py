@@ -1,0 +1,126 @@
+from datetime import datetime, timedelta, timezone
+
+from pets_operator.reconcile import reconcile
+from pets_operator.status import PodView
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def pods(*phases, attempt=0):
+    return [PodView(f"pets-{i}", f"uid-{attempt}-{i}", i, attempt, phase, ready=phase == "Running",
+                    exit_code=1 if phase == "Failed" else None) for i, phase in enumerate(phases)]
+
+
+def step(spec, status=None, current=(), now=T0, problems=(), drained=True):
+    return reconcile("pets", spec, status, 1, current, now, list(problems), logs_drained=drained)
+
+
+def condition(plan, type_):
+    return next(c for c in plan.status["conditions"] if c["type"] == type_)
+
+
+def test_a_new_job_creates_every_pod(spec):
+    plan = step(spec)
+    assert plan.create_pods == [0, 1] and plan.delete_pods == []
+    assert plan.status["phase"] == "Pending" and plan.status["restarts"] == 0
+    assert plan.status["observedGeneration"] == 1 and plan.status["startTime"] == "2026-01-01T00:00:00Z"
+    assert condition(plan, "Created")["status"] == "True"
+    assert [e.reason for e in plan.events] == ["Created"]
+
+
+def test_only_missing_pods_are_created(spec):
+    plan = step(spec, step(spec).status, pods("Pending"))
+    assert plan.create_pods == [1] and plan.events == []
+
+
+def test_all_running(spec):
+    plan = step(spec, step(spec).status, pods("Running", "Running"))
+    assert plan.status["phase"] == "Running" and plan.create_pods == []
+    assert condition(plan, "Running")["reason"] == "AllWorkersRunning"
+    assert plan.status["workers"] == {"total": 2, "ready": 2, "running": 2, "succeeded": 0, "failed": 0}
+
+
+def test_partly_running_is_pending_with_the_waiting_reason(spec):
+    waiting = [pods("Running")[0], PodView("pets-1", "u", 1, 0, "Pending", reason="ErrImagePull")]
+    plan = step(spec, step(spec).status, waiting)
+    assert plan.status["phase"] == "Pending" and "ErrImagePull" in plan.status["message"]
+
+
+def test_success_waits_for_the_log_then_finishes(spec):
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    waiting = step(spec, running, pods("Succeeded", "Succeeded"), drained=False)
+    assert waiting.status["phase"] == "Running" and "metric lines" in waiting.status["message"]
+    done = step(spec, running, pods("Succeeded", "Succeeded"), now=T0 + timedelta(seconds=30))
+    assert done.status["phase"] == "Succeeded" and done.status["completionTime"] == "2026-01-01T00:00:30Z"
+    assert condition(done, "Succeeded")["status"] == "True"
+    assert condition(done, "Running")["status"] == "False"
+    assert done.finished is True
+
+
+def test_failure_within_backoff_restarts_the_whole_group(spec):
+    spec = {**spec, "backoffLimit": 1}
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    plan = step(spec, running, pods("Running", "Failed"))
+    assert plan.status["restarts"] == 1 and plan.status["phase"] == "Pending"
+    assert sorted(plan.delete_pods) == ["pets-0", "pets-1"]
+    assert condition(plan, "Restarting")["status"] == "True"
+    assert "worker pets-1 failed (exit code 1)" in plan.status["message"]
+    # The old group's pods are stale now: nothing new until they are gone.
+    waiting = step(spec, plan.status, pods("Running", "Failed"))
+    assert waiting.create_pods == [] and waiting.delete_pods == ["pets-0"]
+    assert waiting.status["restarts"] == 1
+    recreate = step(spec, plan.status, [])
+    assert recreate.create_pods == [0, 1]
+    back = step(spec, recreate.status, pods("Running", "Running", attempt=1))
+    assert back.status["phase"] == "Running" and condition(back, "Restarting")["status"] == "False"
+
+
+def test_failure_past_backoff_fails_and_stops_the_others(spec):
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    plan = step(spec, running, pods("Running", "Failed"))
+    assert plan.status["phase"] == "Failed" and plan.delete_pods == ["pets-0"]
+    assert condition(plan, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert "backoffLimit (0) reached" in plan.status["message"]
+    assert [e.type for e in plan.events] == ["Warning"]
+    # Finished: leftovers are still stopped on later steps, nothing is created.
+    later = step(spec, plan.status, pods("Running", "Failed"))
+    assert later.delete_pods == ["pets-0"] and later.create_pods == []
+
+
+def test_invalid_spec_fails_with_the_problems(spec):
+    plan = step(spec, problems=["pretrained: true needs spec.pretrainedWeights"])
+    assert plan.status["phase"] == "Failed" and plan.create_pods == []
+    assert plan.status["message"] == "invalid spec: pretrained: true needs spec.pretrainedWeights"
+    assert condition(plan, "Failed")["reason"] == "InvalidSpec"
+    assert plan.events[0].reason == "InvalidSpec" and plan.finished
+
+
+def test_active_deadline(spec):
+    spec = {**spec, "activeDeadlineSeconds": 60}
+    running = step(spec, step(spec).status, pods("Running", "Running"))
+    assert running.wake_at == T0 + timedelta(seconds=60)
+    late = step(spec, running.status, pods("Running", "Running"), now=T0 + timedelta(seconds=61))
+    assert late.status["phase"] == "Failed" and sorted(late.delete_pods) == ["pets-0", "pets-1"]
+    assert condition(late, "Failed")["reason"] == "DeadlineExceeded"
+
+
+def test_ttl_after_finished_deletes_the_job(spec):
+    spec = {**spec, "ttlSecondsAfterFinished": 10}
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    done = step(spec, running, pods("Succeeded", "Succeeded"))
+    assert done.wake_at == T0 + timedelta(seconds=10) and not done.finished
+    assert not step(spec, done.status, pods("Succeeded", "Succeeded"), now=T0 + timedelta(seconds=9)).delete_job
+    assert step(spec, done.status, pods("Succeeded", "Succeeded"), now=T0 + timedelta(seconds=10)).delete_job
+
+
+def test_reconcile_is_idempotent(spec):
+    first = step(spec)
+    again = step(spec, first.status)
+    assert again.status == first.status and again.create_pods == [0, 1]
+    running = step(spec, first.status, pods("Running", "Running"))
+    assert step(spec, running.status, pods("Running", "Running"), now=T0 + timedelta(seconds=5)).status == running.status
+
+
+def test_epoch_fields_are_not_touched(spec):
+    status = {**step(spec).status, "epochs": [{"epoch": 0, "accuracy": 0.5}], "accuracy": 0.5}
+    assert "epochs" not in step(spec, status, pods("Running", "Running")).status

@@ -1,0 +1,51 @@
+import pytest
+
+from pets_operator.builders import MANAGED_ENV
+from pets_operator.spec import with_defaults
+from pets_operator.validation import spec_problems
+
+
+def problems(name="pets", **spec):
+    spec.setdefault("data", {"synthetic": {}})
+    return spec_problems(name, with_defaults(spec, "img"), MANAGED_ENV)
+
+
+def test_a_plain_job_is_valid():
+    assert problems() == []
+    assert problems(data={"persistentVolumeClaim": {"claimName": "c"}, "path": "a/b"}, checkpoint={}) == []
+
+
+@pytest.mark.parametrize("spec, words", [
+    ({"pretrained": True}, "pretrainedWeights"),
+    ({"pretrainedWeights": "weights.pt"}, "absolute"),
+    ({"numNodes": 256, "processesPerNode": 8}, "at most 1024"),
+    ({"data": {"hostPath": "data"}}, "data.hostPath 'data' must be an absolute path"),
+    ({"data": {"hostPath": "/srv/../etc"}}, "'..'"),
+    ({"data": {}}, "exactly one of"),
+    ({"data": {"hostPath": "/a", "synthetic": {}}}, "got hostPath, synthetic"),
+    ({"data": {"synthetic": {}, "path": "/abs"}}, "data.path"),
+    ({"checkpoint": {"path": "checkpoints"}}, "checkpoint.path"),
+    ({"checkpoint": {"path": "/data/ckpt"}}, "inside the data mount"),
+    ({"checkpoint": {"hostPath": "/a", "persistentVolumeClaim": {"claimName": "c"}}}, "at most one"),
+    ({"resources": {"limits": {"memory": "lots"}}}, "resources.limits.memory: 'lots' is not a quantity"),
+    ({"resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}, "must not exceed"),
+    ({"env": [{"name": "MASTER_ADDR", "value": "x"}]}, "set by the operator"),
+    ({"env": [{"name": "A B", "value": "x"}]}, "not a valid environment variable name"),
+    ({"env": [{"name": "A"}, {"name": "A"}]}, "twice"),
+    ({"serviceAccountName": "Bad_Name"}, "DNS-1123 subdomain"),
+    ({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}, "must not have a value"),
+])
+def test_problems_are_explained(spec, words):
+    found = problems(**spec)
+    assert len(found) == 1, found
+    assert words in found[0]
+
+
+def test_long_names_are_rejected_with_the_limit():
+    assert problems(name="p" * 55) == []
+    found = problems(name="p" * 56)
+    assert found and "at most 55" in found[0]
+
+
+def test_several_problems_are_all_reported():
+    assert len(problems(name="Bad.Name", pretrained=True, resources={"limits": {"cpu": "x"}})) == 3
