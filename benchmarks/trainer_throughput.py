@@ -218,6 +218,59 @@ def measure_processes(args, data_dir: Path, processes: int, threads: int) -> Mea
                        epochs[-1]["accuracy"])
 
 
+def min_seconds(action, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        action()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def micro_benchmarks(args, data_dir: Path) -> dict:
+    """Each speed choice in isolation, repeated and the minimum kept: far less noisy than whole runs."""
+    from pets_trainer.data import PetsDataset, eval_transform, train_draft_size, train_transform
+    from pets_trainer.model import FrozenEncoderClassifier, freeze_encoder
+
+    config = trainer_config(args, data_dir)
+    files = sorted(data_dir.glob("*.jpg"))[:64]
+    results = {}
+    for phase, transform, draft in (("train", train_transform(config), train_draft_size(config)),
+                                    ("eval", eval_transform(config), config.image_size)):
+        for label, draft_size in (("full decode", None), ("draft decode", draft)):
+            dataset = PetsDataset(files, [0] * len(files), transform, draft_size)
+            seconds = min_seconds(lambda: [dataset[i] for i in range(len(dataset))], repeats=3)
+            results[f"{phase} image load ({label}) ms/image"] = 1000 * seconds / len(files)
+
+    torch.manual_seed(0)
+    images = torch.rand(args.batch_size, 3, args.image_size, args.image_size)
+    labels = torch.randint(0, args.classes, (args.batch_size,))
+    for channels_last in (False, True):
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        for no_grad in (False, True):
+            model = timm.create_model(args.model, pretrained=False, num_classes=args.classes)
+            freeze_encoder(model)
+            wrapper = FrozenEncoderClassifier(model.to(memory_format=fmt), encoder_no_grad=no_grad).train()
+            optimizer = torch.optim.Adam(wrapper.parameters(), lr=1e-3)
+            batch = images.contiguous(memory_format=fmt)
+
+            def step():
+                loss = F.cross_entropy(wrapper(batch), labels)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+            step()  # warm-up
+            name = f"train step ({'channels_last' if channels_last else 'contiguous'}, {'no_grad encoder' if no_grad else 'plain'})"
+            results[name + " ms/image"] = 1000 * min_seconds(step, repeats=6) / args.batch_size
+        wrapper.eval()
+        with torch.no_grad():
+            wrapper(batch)
+            eval_seconds = min_seconds(lambda: wrapper(batch), repeats=6)
+        results[f"eval forward ({'channels_last' if channels_last else 'contiguous'}) ms/image"] = 1000 * eval_seconds / args.batch_size
+    return results
+
+
 def free_port() -> int:
     import socket
 
@@ -268,6 +321,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per configuration; best is kept (3)")
     parser.add_argument("--scaling-repeats", type=int, default=2, help="repeats of the 1 vs 2 processes runs (2)")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1 vs 2 processes runs")
+    parser.add_argument("--no-micro", action="store_true", help="skip the per-choice micro benchmarks")
     parser.add_argument("--no-ablation", action="store_true", help="skip the ablation runs")
     parser.add_argument("--tiny", action="store_true", help="smallest settings, for a smoke test")
     parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
@@ -285,6 +339,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="pets-bench-") as workdir:
         data_dir = Path(workdir) / "images"
         generate_synthetic_pets(data_dir, args.classes, args.images_per_class, args.source_size, seed=args.seed)
+
+        if not args.no_micro:
+            micro = micro_benchmarks(args, data_dir)
+            print("\n== each choice in isolation (min of repeats; lower is better) ==", flush=True)
+            for name, value in micro.items():
+                print(f"{name:<60} {value:8.2f}", flush=True)
+            report["micro"] = micro
 
         measurements = {
             "baseline": lambda: measure_baseline(args, data_dir),

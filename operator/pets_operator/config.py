@@ -22,6 +22,9 @@ class OperatorConfig:
     trainer_image: str = DEFAULT_TRAINER_IMAGE
     log_level: str = "INFO"
     peering: str = ""  # empty: --standalone
+    # kopf pauses every operator of a peering that shares the top priority, so replicas must differ;
+    # None: a random one per process (the highest live replica serves, the others wait).
+    priority: int | None = None
     liveness_port: int = DEFAULT_LIVENESS_PORT
     # The trainer container's command; only images with another entrypoint (or tests' stand-ins) change it.
     trainer_command: tuple[str, ...] = DEFAULT_TRAINER_COMMAND
@@ -54,6 +57,7 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
         trainer_image=image,
         log_level=level,
         peering=environ.get("PETS_OPERATOR_PEERING", "").strip(),
+        priority=_priority(environ.get("PETS_OPERATOR_PRIORITY", "").strip()),
         liveness_port=port,
     )
 
@@ -68,3 +72,12 @@ def _command(text: str) -> tuple[str, ...]:
     if not isinstance(command, list) or not command or not all(isinstance(part, str) and part for part in command):
         raise ConfigError(f"PETS_OPERATOR_TRAINER_COMMAND must be a JSON list of non-empty strings, got {text!r}")
     return tuple(command)
+
+
+def _priority(text: str) -> int | None:
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"PETS_OPERATOR_PRIORITY must be an integer, got {text!r}") from None

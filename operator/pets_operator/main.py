@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 
 from .config import ConfigError, OperatorConfig, from_environ
@@ -17,6 +18,7 @@ def kopf_run_options(config: OperatorConfig) -> dict:
     }
     if config.peering:
         options["peering_name"] = config.peering
+        options["priority"] = config.priority if config.priority is not None else random.SystemRandom().randint(1, 2**31 - 1)
     if config.liveness_port:
         options["liveness_endpoint"] = f"http://0.0.0.0:{config.liveness_port}/healthz"
     return options
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="pets-operator run",
         description="Run the PetsTrainingJob operator against the cluster in KUBECONFIG (or in-cluster). "
                     "Configuration: PETS_OPERATOR_NAMESPACES, PETS_OPERATOR_TRAINER_IMAGE, PETS_OPERATOR_LOG_LEVEL, "
-                    "PETS_OPERATOR_PEERING, PETS_OPERATOR_LIVENESS_PORT, PETS_OPERATOR_TRAINER_COMMAND.")
+                    "PETS_OPERATOR_PEERING, PETS_OPERATOR_PRIORITY, PETS_OPERATOR_LIVENESS_PORT, PETS_OPERATOR_TRAINER_COMMAND.")
     parser.add_argument("--log-format", choices=("json", "text"), default="json",
                         help="structured JSON log lines (default) or plain text")
     args = parser.parse_args(argv)

@@ -105,10 +105,13 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
     missing = [index for index in range(num_nodes) if index not in current]
     if missing:
         message = f"created Service {names.service_name(name)} and {num_nodes} pod(s), attempt {attempt}"
+        # Once per attempt: a repeated step (the pod index not caught up yet) posts no second Event.
+        announced = any(c.get("type") == "Created" and c.get("message") == message
+                        for c in step.status.get("conditions") or [])
         step.condition("Created", True, "GroupCreated", message)
         step.status.setdefault("phase", PENDING)
         step.status["message"] = f"creating {len(missing)} of {num_nodes} pod(s)"
-        events = [Event("Normal", "Created", message)] if len(missing) == num_nodes else []
+        events = [] if announced else [Event("Normal", "Created", message)]
         return Plan(step.status, create_pods=missing, events=events, wake_at=wake_at)
 
     group = list(current.values())

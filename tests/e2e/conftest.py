@@ -113,8 +113,13 @@ def stand_in_env_fixture():
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=[REPO / "manifests" / "crd.yaml"]) as running:
+def cluster_crds() -> list[Path]:
+    return [REPO / "manifests" / "crd.yaml"]
+
+
+@pytest.fixture
+def cluster(tmp_path, cluster_crds):
+    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=cluster_crds) as running:
         yield running
 
 

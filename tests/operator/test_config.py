@@ -20,8 +20,19 @@ def test_namespaces_peering_and_port():
                            "PETS_OPERATOR_TRAINER_IMAGE": "registry/pets-trainer:2"})
     assert config.namespaces == ("ml", "team-b") and config.log_level == "DEBUG"
     assert config.trainer_image == "registry/pets-trainer:2"
-    assert kopf_run_options(config) == {"standalone": False, "clusterwide": False, "namespaces": ["ml", "team-b"],
-                                        "peering_name": "pets"}
+    options = kopf_run_options(config)
+    assert options.pop("priority") >= 1
+    assert options == {"standalone": False, "clusterwide": False, "namespaces": ["ml", "team-b"],
+                       "peering_name": "pets"}
+
+
+def test_replicas_of_a_peering_get_distinct_priorities_unless_given():
+    config = from_environ({"PETS_OPERATOR_PEERING": "pets"})
+    assert len({kopf_run_options(config)["priority"] for _ in range(20)}) > 1
+    fixed = from_environ({"PETS_OPERATOR_PEERING": "pets", "PETS_OPERATOR_PRIORITY": "7"})
+    assert kopf_run_options(fixed)["priority"] == 7
+    with pytest.raises(ConfigError, match="PETS_OPERATOR_PRIORITY"):
+        from_environ({"PETS_OPERATOR_PRIORITY": "high"})
 
 
 @pytest.mark.parametrize("env, word", [({"PETS_OPERATOR_LOG_LEVEL": "loud"}, "PETS_OPERATOR_LOG_LEVEL"),

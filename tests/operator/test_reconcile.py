@@ -33,6 +33,14 @@ def test_only_missing_pods_are_created(spec):
     assert plan.create_pods == [1] and plan.events == []
 
 
+def test_a_repeated_creation_step_posts_no_second_event(spec):
+    first = step(spec)
+    again = step(spec, first.status)
+    assert again.create_pods == [0, 1] and again.events == []
+    restarted = step(spec, {**first.status, "restarts": 1})
+    assert [e.reason for e in restarted.events] == ["Created"]
+
+
 def test_all_running(spec):
     plan = step(spec, step(spec).status, pods("Running", "Running"))
     assert plan.status["phase"] == "Running" and plan.create_pods == []

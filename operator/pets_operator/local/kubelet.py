@@ -366,4 +366,9 @@ class Kubelet:
 
     async def shutdown(self, grace: float = 2.0) -> None:
         """Stop every process this kubelet started (cluster shutdown)."""
-        await asyncio.gather(*(w.stop(grace) for w in self.workers.values()), return_exceptions=True)
+        workers = list(self.workers.values())
+        await asyncio.gather(*(w.stop(grace) for w in workers), return_exceptions=True)
+        # Let each worker report its last status while the API client is still open.
+        tasks = [w.task for w in workers if w.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace + 5)
