@@ -15,7 +15,7 @@ from .spec import DATA_MOUNT_PATH
 CONTAINER_NAME = "trainer"
 TRAINER_COMMAND = ["pets-train"]
 RENDEZVOUS_PORT_NAME = "rendezvous"
-RUN_AS_USER = 1000  # the trainer image's non-root user
+RUN_AS_USER = 10001  # the trainer image's non-root user (USER 10001:10001 in trainer_image/Dockerfile)
 SHM_MOUNT_PATH = "/dev/shm"
 
 # Every variable the operator derives from the spec; spec.env may not override them.

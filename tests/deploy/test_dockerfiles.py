@@ -5,7 +5,6 @@ import json
 import re
 from pathlib import Path
 
-import pytest
 
 from tests.support import chart
 
@@ -78,8 +77,13 @@ def test_operator_image_user_is_the_uid_the_chart_runs_as(k8s_tools):
 
 
 def test_trainer_image_is_pinned_and_non_root():
-    if not TRAINER_DOCKERFILE.exists():
-        pytest.skip("trainer_image/Dockerfile is not written yet")
     steps = assert_pinned_bases_and_non_root(TRAINER_DOCKERFILE)
     (cmd,) = [rest for keyword, rest in final_stage(steps) if keyword == "CMD"]
     assert json.loads(cmd) == ["pets-train"]
+
+
+def test_trainer_image_user_is_the_uid_the_operator_runs_pods_as():
+    from pets_operator import builders
+
+    user = [rest for keyword, rest in final_stage(instructions(TRAINER_DOCKERFILE)) if keyword == "USER"][-1]
+    assert user == f"{builders.RUN_AS_USER}:{builders.RUN_AS_USER}"
