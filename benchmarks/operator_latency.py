@@ -11,7 +11,12 @@ For 1, 10 and 50 concurrent 2-node jobs it measures
 the operator process's RSS and CPU use idle and while it follows the jobs, and the CPU use of the
 local cluster's process (API server + kubelet pumping every pod's log), which shares the machine.
 
-    python benchmarks/operator_latency.py [--jobs 1,10,50] [--epochs 5]
+    python benchmarks/operator_latency.py [--jobs 1,10,50] [--epochs 5] [--baseline DIR]
+
+`--baseline DIR` runs every round twice, back to back: first with the operator and local cluster
+of another source tree (DIR/operator first on PYTHONPATH; make one without touching this
+checkout with `git archive <commit> operator | tar -x -C DIR`), then with this checkout's, so
+before/after share the machine's load of the moment.
 """
 from __future__ import annotations
 
@@ -89,12 +94,19 @@ def job_body(name: str, epochs: int) -> dict:
             "spec": {"numNodes": 2, "epochs": epochs, "data": {"synthetic": {}}}}
 
 
-def start_cluster(workdir: Path, cpu: int) -> tuple[subprocess.Popen, Path]:
+def source_env(source: Path | None) -> dict[str, str]:
+    """The environment that runs `pets_operator` from `source`/operator (None: this checkout's install)."""
+    if source is None:
+        return dict(os.environ)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(source / "operator"), os.environ.get("PYTHONPATH")]))}
+
+
+def start_cluster(workdir: Path, cpu: int, env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
     """The local cluster in its own process, so the benchmark's watches do not share its interpreter."""
     process = subprocess.Popen(
         [sys.executable, "-m", "pets_operator", "local", "up", "--workdir", str(workdir), "--cpu", str(cpu),
          "--crd", str(REPO / "manifests" / "crd.yaml")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     for line in process.stdout:
         if line.startswith("export KUBECONFIG="):
             threading.Thread(target=process.stdout.read, daemon=True).start()  # keep the pipe drained
@@ -126,11 +138,11 @@ def patched_times(operator_log: Path) -> dict[tuple[str, int], float]:
     return times
 
 
-def run_round(jobs: int, epochs: int, workdir: Path) -> dict:
+def run_round(jobs: int, epochs: int, workdir: Path, source: Path | None = None) -> dict:
     script = workdir / "stand_in.py"
     script.write_text(STAND_IN)
-    cluster, kubeconfig = start_cluster(workdir / "cluster", cpu=max(2, jobs * 2))
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PETS_OPERATOR_LIVENESS_PORT": "0",
+    cluster, kubeconfig = start_cluster(workdir / "cluster", cpu=max(2, jobs * 2), env=source_env(source))
+    env = {**source_env(source), "KUBECONFIG": str(kubeconfig), "PETS_OPERATOR_LIVENESS_PORT": "0",
            "PETS_OPERATOR_LOG_LEVEL": "INFO", "PETS_OPERATOR_TRAINER_COMMAND": json.dumps([sys.executable, str(script)])}
     operator_log = workdir / "operator.log"
     with operator_log.open("wb") as log:
@@ -159,12 +171,14 @@ def run_round(jobs: int, epochs: int, workdir: Path) -> dict:
         rss_busy, cpu_after = process_usage(operator.pid)
         cpu_busy = (cpu_after - cpu_before) / (time.time() - follow_start)
         cluster_cpu = (process_usage(cluster.pid)[1] - cluster_cpu_before) / (time.time() - follow_start)
-        to_pods = [max(watcher.pod_seen.get(f"{name}-{i}", float("nan")) for i in (0, 1)) - start
+        # A job whose pods were not all seen counts as never done (inf), not as its first pod's time.
+        to_pods = [max(watcher.pod_seen.get(f"{name}-{i}", float("inf")) for i in (0, 1)) - start
                    for name, start in created.items()]
         to_status = [seen - printed for printed, seen in watcher.epoch_seen.values()]
         printed = printed_times(workdir / "cluster")
         to_patched = [done - printed[key] for key, done in patched_times(operator_log).items() if key in printed]
-        return {"jobs": jobs, "pods_p50": statistics.median(to_pods), "pods_max": max(to_pods),
+        return {"tree": "baseline" if source else "current", "jobs": jobs,
+                "load_average": os.getloadavg()[0], "pods_p50": statistics.median(to_pods), "pods_max": max(to_pods),
                 "epoch_p50": statistics.median(to_status), "epoch_max": max(to_status),
                 "patched_p50": statistics.median(to_patched), "patched_max": max(to_patched),
                 "epochs_seen": len(watcher.epoch_seen), "epochs_expected": jobs * epochs,
@@ -180,23 +194,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", default="1,10,50")
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="also run each round with DIR/operator's pets_operator (before/after in one run)")
     args = parser.parse_args()
+    if args.baseline and not (args.baseline / "operator" / "pets_operator" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no operator/pets_operator/__init__.py there")
+    sources = [args.baseline.resolve(), None] if args.baseline else [None]
     rows = []
     for jobs in (int(part) for part in args.jobs.split(",")):
-        with tempfile.TemporaryDirectory() as tmp:
-            rows.append(run_round(jobs, args.epochs, Path(tmp)))
-            print(json.dumps(rows[-1]), flush=True)
+        for source in sources:
+            with tempfile.TemporaryDirectory() as tmp:
+                rows.append(run_round(jobs, args.epochs, Path(tmp), source))
+                print(json.dumps(rows[-1]), flush=True)
+    for tree in dict.fromkeys(row["tree"] for row in rows):
+        print_table(tree, [row for row in rows if row["tree"] == tree])
+    return 0
+
+
+def print_table(tree: str, rows: list[dict]) -> None:
     base = rows[0]
-    header = (f"{'jobs':>5} {'create->pods s p50/max':>22} {'x1':>6} {'line->patched s p50/max':>24} {'x1':>6} "
+    header = (f"{tree:<9} {'jobs':>5} {'load':>5} {'create->pods s p50/max':>22} {'x1':>6} {'line->patched s p50/max':>24} {'x1':>6} "
               f"{'line->watch s p50/max':>22} {'x1':>6} {'RSS MiB idle/busy':>18} {'CPU idle/busy':>14} {'API CPU':>8} {'epochs':>9}")
     print("\n" + header)
     for row in rows:
-        print(f"{row['jobs']:>5} {row['pods_p50']:>10.3f}/{row['pods_max']:<11.3f} {row['pods_max'] / base['pods_max']:>6.1f} "
+        print(f"{'':<9} {row['jobs']:>5} {row['load_average']:>5.1f} {row['pods_p50']:>10.3f}/{row['pods_max']:<11.3f} {row['pods_max'] / base['pods_max']:>6.1f} "
               f"{row['patched_p50']:>11.3f}/{row['patched_max']:<12.3f} {row['patched_max'] / base['patched_max']:>6.1f} "
               f"{row['epoch_p50']:>10.3f}/{row['epoch_max']:<11.3f} {row['epoch_max'] / base['epoch_max']:>6.1f} "
               f"{row['rss_idle']:>8.1f}/{row['rss_busy']:<9.1f} {row['cpu_idle']:>6.1%}/{row['cpu_busy']:<7.1%} {row['cluster_cpu']:>8.0%} "
               f"{row['epochs_seen']:>4}/{row['epochs_expected']}")
-    return 0
 
 
 if __name__ == "__main__":

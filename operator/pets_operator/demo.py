@@ -50,8 +50,16 @@ def apply_overrides(job: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         *parents, leaf = path.split(".")
         for key in parents:
             node = node.setdefault(key, {})
-        node[leaf] = yaml.safe_load(raw)
+        node[leaf] = parse_value(raw)
     return job
+
+
+def parse_value(raw: str) -> Any:
+    """YAML-typed, except YAML 1.1's `no`/`yes`/`on`/`off` booleans: `mixedPrecision=no` stays "no"."""
+    value = yaml.safe_load(raw)
+    if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
+        return raw.strip()
+    return value
 
 
 def load_single(path: Path) -> dict[str, Any]:

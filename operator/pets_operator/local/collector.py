@@ -1,8 +1,8 @@
 """The garbage collector and the namespace/CRD cleanup, as one level-triggered sweep.
 
-Woken after every change: dependents whose owners are all gone are deleted (background
-propagation), `foregroundDeletion` and `orphan` finalizers are worked off, and deleted
-namespaces and CRDs are emptied before they go.
+Woken after every change that can give it work (see `needs_sweep`): dependents whose owners
+are all gone are deleted (background propagation), `foregroundDeletion` and `orphan` finalizers
+are worked off, and deleted namespaces and CRDs are emptied before they go.
 """
 from __future__ import annotations
 
@@ -15,6 +15,24 @@ from .store import Change, Key, Obj
 
 logger = logging.getLogger(__name__)
 
+_OWNERSHIP_FIELDS = ("ownerReferences", "finalizers", "deletionTimestamp")
+
+
+def needs_sweep(change: Change) -> bool:
+    """Whether a change can make garbage to collect or a finalizer to work off.
+
+    A removal (an owner gone, a namespace or CRD emptied), an object being deleted, a new object
+    with owners, or changed owners/finalizers can; an update leaving those alone (a status patch,
+    the bulk of the traffic) cannot.
+    """
+    meta = change.obj["metadata"]
+    if change.type == "DELETED" or meta.get("deletionTimestamp"):
+        return True
+    if change.old is None:
+        return bool(meta.get("ownerReferences") or meta.get("finalizers"))
+    old_meta = change.old["metadata"]
+    return any(meta.get(name) != old_meta.get(name) for name in _OWNERSHIP_FIELDS)
+
 
 class Collector:
     def __init__(self, storage: Storage):
@@ -23,7 +41,8 @@ class Collector:
         storage.store.on_change(self._changed)
 
     def _changed(self, change: Change) -> None:
-        self._wake.set()
+        if needs_sweep(change):
+            self._wake.set()
 
     async def run(self) -> None:
         while True:
@@ -66,7 +85,10 @@ class Collector:
                 raise
 
     def sweep(self) -> None:
-        objects = list(self.storage.store.all_items())
+        # The stored objects themselves (no copies): the sweep reads them; deleting or patching
+        # goes through `storage`, which stores new objects and leaves these as they were.
+        store = self.storage.store
+        objects = store.peek_all()
         dependents: dict[str, list[tuple[Key, Obj]]] = {}
         for key, obj in objects:
             for ref in obj["metadata"].get("ownerReferences") or []:
@@ -77,10 +99,10 @@ class Collector:
             if meta.get("deletionTimestamp"):
                 self._finalize(key, obj, dependents.get(meta["uid"], []))
             # Re-read: finalizing an owner earlier in this sweep may have changed this object.
-            current = self.storage.store.get(key, meta.get("namespace", ""), meta["name"])
+            current = store.peek(key, meta.get("namespace", ""), meta["name"])
             refs = (current or {}).get("metadata", {}).get("ownerReferences") or []
             if refs:
-                alive = [r for r in refs if self.storage.store.exists_uid(r.get("uid", ""))]
+                alive = [r for r in refs if store.exists_uid(r.get("uid", ""))]
                 if not alive:
                     self._delete(key, obj)
                 elif len(alive) < len(refs):
@@ -107,7 +129,7 @@ class Collector:
 
     def _empty_namespace(self, namespace: Obj) -> None:
         name = namespace["metadata"]["name"]
-        remaining = [(k, o) for k, o in self.storage.store.all_items() if o["metadata"].get("namespace") == name]
+        remaining = [(k, o) for k, o in self.storage.store.peek_all() if o["metadata"].get("namespace") == name]
         for key, obj in remaining:
             self._delete(key, obj)
         if not remaining and not namespace["metadata"].get("finalizers"):

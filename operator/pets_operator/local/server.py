@@ -33,6 +33,7 @@ SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pets-local
 DEFAULT_WATCH_TIMEOUT = 1800.0
 BOOKMARK_INTERVAL = 30.0
 LOG_POLL_INTERVAL = 0.1
+REPLAY_WRITE_EVENTS = 500  # a resumed watch's history goes out in writes of at most this many events
 
 
 @dataclass
@@ -48,6 +49,10 @@ class Target:
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     headers = {"Warning": ", ".join(f'299 - {json.dumps(w)}' for w in warnings)} if warnings else None
     return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
+
+
+def _event_line(event_type: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
 
 
 def _flag(query: Any, name: str) -> bool:
@@ -283,10 +288,30 @@ class ApiServer:
             response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
             await response.prepare(request)
 
-            async def send(event_type: str, obj: dict[str, Any]) -> None:
+            def encode(event_type: str, obj: dict[str, Any]) -> bytes:
                 if table and event_type in ("ADDED", "MODIFIED", "DELETED"):
                     obj = to_table(resource, version, [obj])
-                await response.write(json.dumps({"type": event_type, "object": obj}).encode() + b"\n")
+                return _event_line(event_type, obj)
+
+            async def send(event_type: str, obj: dict[str, Any]) -> None:
+                await response.write(encode(event_type, obj))
+
+            def encode_changes(changes: list[Change]) -> bytes:
+                lines = []
+                for change in changes:
+                    event_type = self._watch_event_type(change, matches)
+                    if event_type is None:
+                        continue
+                    if table:
+                        lines.append(encode(event_type, self.storage._versioned(change.obj, resource, version)))
+                        continue
+                    api_version = resource.api_version(version)
+                    line = change.encoded.get((event_type, api_version))
+                    if line is None:  # the first watch stream to send this change encodes it for all
+                        line = change.encoded[(event_type, api_version)] = _event_line(
+                            event_type, {**change.obj, "apiVersion": api_version})
+                    lines.append(line)
+                return b"".join(lines)
 
             def bookmark(initial_end: bool = False) -> dict[str, Any]:
                 meta: dict[str, Any] = {"resourceVersion": str(self.store.resource_version)}
@@ -295,9 +320,11 @@ class ApiServer:
                 return {"kind": resource.kind, "apiVersion": resource.api_version(version), "metadata": meta}
 
             if since in ("", "0") or send_initial:
-                for obj in self.store.items(resource.key, target.namespace):
-                    if matches(obj):
-                        await send("ADDED", self.storage._versioned(obj, resource, version))
+                api_version = resource.api_version(version)
+                initial = b"".join(encode("ADDED", {**obj, "apiVersion": api_version})  # items() are copies already
+                                   for obj in self.store.items(resource.key, target.namespace) if matches(obj))
+                if initial:
+                    await response.write(initial)
                 if send_initial and bookmarks:
                     await send("BOOKMARK", bookmark(initial_end=True))
             else:
@@ -306,44 +333,62 @@ class ApiServer:
                     gone = errors.gone(f"too old resource version: {since} ({self.store.resource_version})")
                     await send("ERROR", gone.status())
                     return response
-                for change in replay:
-                    if target.namespace is None or change.obj["metadata"].get("namespace") == target.namespace:
-                        await self._send_change(send, change, matches, resource, version)
+                replay = [change for change in replay
+                          if target.namespace is None or change.obj["metadata"].get("namespace") == target.namespace]
+                for first in range(0, len(replay), REPLAY_WRITE_EVENTS):
+                    data = encode_changes(replay[first:first + REPLAY_WRITE_EVENTS])
+                    if data:
+                        await response.write(data)
 
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
-            while not self.closing.is_set():
+            closed = False
+            while not closed and not self.closing.is_set():
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                try:
-                    change = await asyncio.wait_for(watcher.queue.get(), min(remaining, BOOKMARK_INTERVAL))
-                except asyncio.TimeoutError:
-                    if bookmarks and loop.time() < deadline:
-                        await send("BOOKMARK", bookmark())
-                    continue
-                if change is None:
-                    break
-                await self._send_change(send, change, matches, resource, version)
+                if watcher.queue.empty():
+                    try:
+                        first = await asyncio.wait_for(watcher.queue.get(), min(remaining, BOOKMARK_INTERVAL))
+                    except asyncio.TimeoutError:
+                        if bookmarks and loop.time() < deadline:
+                            await send("BOOKMARK", bookmark())
+                        continue
+                else:
+                    first = watcher.queue.get_nowait()
+                # Everything queued goes out in one write: under load, a burst of changes would
+                # otherwise wait one event-loop round per event and fall seconds behind.
+                batch: list[Change] = []
+                change = first
+                while True:
+                    if change is None:
+                        closed = True
+                        break
+                    batch.append(change)
+                    if watcher.queue.empty():
+                        break
+                    change = watcher.queue.get_nowait()
+                data = encode_changes(batch)
+                if data:
+                    await response.write(data)
             return response
         finally:
             self.store.unsubscribe(watcher)
 
-    async def _send_change(self, send, change: Change, matches, resource: ResourceType, version: str) -> None:
+    @staticmethod
+    def _watch_event_type(change: Change, matches) -> str | None:
         """What a filtered watch sees: objects moving into the selection are ADDED, out of it DELETED."""
         was = change.old is not None and matches(change.old)
         now_matches = matches(change.obj)
-        obj = self.storage._versioned(change.obj, resource, version)
         if change.type == "DELETED":
-            if was or now_matches:
-                await send("DELETED", obj)
-        elif change.type == "ADDED" or (now_matches and not was):
-            if now_matches:
-                await send("ADDED", obj)
-        elif was and now_matches:
-            await send("MODIFIED", obj)
-        elif was:
-            await send("DELETED", obj)
+            return "DELETED" if was or now_matches else None
+        if change.type == "ADDED" or (now_matches and not was):
+            return "ADDED" if now_matches else None
+        if was and now_matches:
+            return "MODIFIED"
+        if was:
+            return "DELETED"
+        return None
 
     # --- pod logs ----------------------------------------------------------------------------
 
@@ -415,7 +460,7 @@ class ApiServer:
 
     def _container_finished(self, pod: dict[str, Any], container: str) -> bool:
         """The log is complete once the pod is gone or finished, or its container stopped for good."""
-        current = self.store.get(POD_KEY, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        current = self.store.peek(POD_KEY, pod["metadata"]["namespace"], pod["metadata"]["name"])
         if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
             return True
         status = current.get("status") or {}

@@ -1,13 +1,15 @@
 """The in-memory object store: objects by resource, one monotonic resourceVersion, watch fan-out.
 
-Everything runs on one event loop, so each operation is atomic without locks.
+Everything runs on one event loop, so each operation is atomic without locks. A stored object is
+never changed in place (`put` stores a fresh copy in a new slot), so the copy kept in the store,
+the one in its `Change` and the `peek` views can be one object: readers copy only what they edit.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 Key = tuple[str, str]  # (group, plural)
@@ -21,8 +23,11 @@ class Change:
     type: str  # ADDED | MODIFIED | DELETED
     key: Key
     rv: int
-    obj: Obj
+    obj: Obj  # shared with the store: read only
     old: Obj | None
+    # What each watch stream writes for this change, encoded once for all of them:
+    # (event type, apiVersion) -> one JSON line.
+    encoded: dict[tuple[str, str], bytes] = field(default_factory=dict, compare=False, repr=False)
 
 
 class Watcher:
@@ -67,9 +72,16 @@ class Store:
         return [copy.deepcopy(o) for o in sorted(chosen, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))]
 
     def all_items(self) -> Iterator[tuple[Key, Obj]]:
-        for key, objects in list(self._objects.items()):
-            for obj in list(objects.values()):
-                yield key, copy.deepcopy(obj)
+        for key, obj in self.peek_all():
+            yield key, copy.deepcopy(obj)
+
+    def peek(self, key: Key, namespace: str, name: str) -> Obj | None:
+        """The stored object itself, without a copy: read it, never change it."""
+        return self._objects[key].get((namespace, name))
+
+    def peek_all(self) -> list[tuple[Key, Obj]]:
+        """Every stored object itself, without copies (a snapshot of the list): read only."""
+        return [(key, obj) for key, objects in list(self._objects.items()) for obj in list(objects.values())]
 
     def exists_uid(self, uid: str) -> bool:
         return uid in self._uids
@@ -79,9 +91,9 @@ class Store:
         meta = obj["metadata"]
         slot = (meta.get("namespace", ""), meta["name"])
         old = self._objects[key].get(slot)
-        self._objects[key][slot] = copy.deepcopy(obj)
+        stored = self._objects[key][slot] = copy.deepcopy(obj)
         self._uids[meta["uid"]] = (key, *slot)
-        self._emit(Change("MODIFIED" if old else "ADDED", key, int(meta["resourceVersion"]), copy.deepcopy(obj), old))
+        self._emit(Change("MODIFIED" if old else "ADDED", key, int(meta["resourceVersion"]), stored, old))
         return obj
 
     def remove(self, key: Key, obj: Obj) -> Obj:
