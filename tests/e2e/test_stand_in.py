@@ -94,3 +94,27 @@ def test_operator_restart_mid_run_neither_duplicates_nor_loses(api, operator_pro
     assert [e["epoch"] for e in status["epochs"]] == list(range(8))
     assert sorted(p.metadata.uid for p in api.pods("steady")) == uids
     assert status["restarts"] == 0
+
+
+def test_active_deadline_fails_the_job_and_stops_its_workers(api, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    api.create_job("slow", job_spec(epochs=200, activeDeadlineSeconds=3,
+                                    env=[{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.5"}]))
+    wait_for("Failed", lambda: phase(api, "slow") == "Failed", 60, operator.logs)
+    status = api.job("slow")["status"]
+    assert "activeDeadlineSeconds (3s)" in status["message"]
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "DeadlineExceeded"
+    assert 0 < len(status.get("epochs") or []) < 200
+    wait_for("workers stopped", lambda: not [p for p in api.pods("slow") if p.status.phase in ("Pending", "Running")],
+             30, operator.logs)
+    events = wait_for("the Warning event", lambda: [e for e in api.events("slow") if e.reason == "DeadlineExceeded"], 15)
+    assert events[0].type == "Warning"
+
+
+def test_ttl_after_finished_deletes_the_job_and_its_objects(api, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    api.create_job("short-lived", job_spec(epochs=2, ttlSecondsAfterFinished=2))
+    wait_for("Succeeded", lambda: phase(api, "short-lived") == "Succeeded", 60, operator.logs)
+    wait_for("the job and its objects deleted", lambda: api.job("short-lived") is None and not api.pods("short-lived")
+             and not api.services("short-lived"), 30, operator.logs)
