@@ -177,6 +177,16 @@ def test_cluster_wide_peering_uses_a_cluster_peering_object(k8s_tools):
     assert ("kopf.dev", "clusterkopfpeerings", "patch") in rule_set(the(objects, "ClusterRole"))
 
 
+def test_several_replicas_stand_by_through_peering(k8s_tools):
+    objects = render(k8s_tools, "replicas=3", "peering.enabled=true")
+    deployment = the(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = operator_env(objects)
+    assert env["PETS_OPERATOR_PEERING"] == the(objects, "ClusterKopfPeering")["metadata"]["name"]
+    assert "PETS_OPERATOR_PRIORITY" not in env  # each pod picks its own, so peers never tie
+
+
 def test_existing_service_account_without_rbac(k8s_tools):
     objects = render(k8s_tools, *VALUE_SETS["bring-your-own-account"])
     assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment"}
@@ -195,7 +205,8 @@ def test_existing_service_account_without_rbac(k8s_tools):
 
 
 @pytest.mark.parametrize("sets, message", [
-    (("replicas=2",), "replicas"),
+    (("replicas=2",), "/peering/enabled"),
+    (("replicas=11", "peering.enabled=true"), "replicas"),
     (("rbac.scope=namespaced",), "rbac.scope=namespaced needs watchNamespaces"),
     (("watchNamespaces={Not_A_Namespace}",), "watchNamespaces"),
     (("logLevel=LOUD",), "logLevel"),
