@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
 from .config import MIXED_PRECISION_CHOICES, PIN_MEMORY_CHOICES, TrainConfig
+from .cpus import available_cpus
 from .errors import ConfigError, TrainerError
 from .image_index import scan_images
 from .synthetic import generate_synthetic_pets
@@ -154,13 +155,6 @@ def resolve_options(options, args: argparse.Namespace, environ: Mapping[str, str
         except ValueError as error:
             raise ConfigError(f"{source}={text!r}: {error}") from None
     return values
-
-
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def make_plan(values: dict) -> LaunchPlan:
