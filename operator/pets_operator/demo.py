@@ -150,7 +150,7 @@ def print_final(job: dict[str, Any], kubeconfig: Path, out=sys.stdout) -> None:
                                      "restarts", "startTime", "completionTime", "epochs") if k in status}
     print("\nFinal status (kubectl get ptj {} -o yaml):".format(job["metadata"]["name"]), file=out)
     print(yaml.safe_dump({"status": shown}, sort_keys=False).rstrip(), file=out)
-    print(f"\nConditions: " + ", ".join(f"{c['type']}={c['status']}" for c in status.get("conditions") or []), file=out, flush=True)
+    print("\nConditions: " + ", ".join(f"{c['type']}={c['status']}" for c in status.get("conditions") or []), file=out, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

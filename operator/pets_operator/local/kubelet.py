@@ -170,7 +170,6 @@ class PodWorker:
 
     async def _volume_dirs(self) -> dict[str, Path]:
         dirs: dict[str, Path] = {}
-        namespace = self.pod["metadata"]["namespace"]
         for volume in self.pod["spec"].get("volumes") or []:
             name = volume["name"]
             if "hostPath" in volume:
