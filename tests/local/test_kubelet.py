@@ -62,6 +62,8 @@ def test_a_pod_runs_to_success_with_its_environment(core):
     assert {c.type: c.status for c in done.status.conditions}["PodScheduled"] == "True"
     env = logged_env(core, "env")
     assert (env["GREETING"], env["WHO"], env["POD"], env["HOSTNAME"]) == ("hi", "hi there", "env", "env-host")
+    # Its own temporary directory, as a container has its own /tmp.
+    assert env["TMPDIR"].endswith(f"/pods/default_env_{done.metadata.uid}/tmp") and os.path.isdir(env["TMPDIR"])
 
 
 def test_cluster_dns_names_and_master_ports_are_mapped_per_rendezvous(core):

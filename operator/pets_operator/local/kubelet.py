@@ -225,7 +225,10 @@ class PodWorker:
         for entry in container.get("env") or []:
             pod_env[entry["name"]] = await self._env_value(entry, pod_env)
         pod_env = rewrite_env(pod_env, paths, self.kubelet.ports, self.uid)
-        env = {**os.environ, **pod_env}
+        # A container's /tmp is its own; here it is the pod directory's, unless the pod sets TMPDIR.
+        private_tmp = self.pod_dir / "tmp"
+        private_tmp.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "TMPDIR": str(private_tmp), **pod_env}
         command = list(container.get("command") or [])
         if not command:
             command = list(self.kubelet.entrypoints.get(image_repository(container.get("image", "")), []))
