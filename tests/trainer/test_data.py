@@ -5,9 +5,12 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms import Compose, Resize, ToTensor
 
 from pets_trainer.config import TrainConfig
-from pets_trainer.data import PetsDataset, build_dataloaders, build_datasets, split_indices, train_draft_size
+from pets_trainer.data import (
+    DecodeSteps, PetsDataset, build_dataloaders, build_datasets, split_indices, train_decode_steps, train_draft_size,
+)
 from pets_trainer.errors import DataError
 from pets_trainer.image_index import scan_images
 from pets_trainer.synthetic import generate_synthetic_pets
@@ -67,20 +70,30 @@ def test_draft_decoding_reads_a_smaller_image_that_still_covers_the_crop(large_j
     # 256 px decoded at 1/2 scale covers ceil(64 / sqrt(0.5)) = 91 px; at 1/4 it would not.
     assert train_draft_size(config) == 91
     assert drafted == (128, 128)
+    assert train_decode_steps(config) == DecodeSteps(draft_size=91)
     seen = []
-    dataset = PetsDataset([path], [0], transform=lambda image: seen.append(image.size) or 0, draft_size=91)
+    dataset = PetsDataset([path], [0], transform=lambda image: seen.append(image.size) or 0, decode=DecodeSteps(draft_size=91))
     dataset[0]
     assert seen == [(128, 128)]
     PetsDataset([path], [0], transform=lambda image: seen.append(image.size) or 0)[0]
     assert seen[-1] == (256, 256)
 
 
-def test_eval_draft_keeps_images_at_least_model_sized(large_jpegs):
+def test_eval_decoding_drafts_no_smaller_than_the_model_input_then_resizes(large_jpegs):
     config = TrainConfig(data_dir=str(large_jpegs), image_size=64)
     _, eval_set = build_datasets(scan_images(large_jpegs), config)
-    assert eval_set.draft_size == 64
+    assert eval_set.decode == DecodeSteps(draft_size=64, resize=64)
     off = TrainConfig(data_dir=str(large_jpegs), image_size=64, draft_decode=False)
-    assert all(dataset.draft_size is None for dataset in build_datasets(scan_images(large_jpegs), off))
+    assert [dataset.decode for dataset in build_datasets(scan_images(large_jpegs), off)] == [
+        DecodeSteps(), DecodeSteps(resize=64)]
+
+
+def test_eval_images_are_the_tutorials_resize_then_to_tensor(large_jpegs):
+    config = TrainConfig(data_dir=str(large_jpegs), image_size=48, draft_decode=False)
+    _, eval_set = build_datasets(scan_images(large_jpegs), config)
+    with Image.open(eval_set.files[0]) as raw:
+        expected = Compose([Resize((48, 48)), ToTensor()])(raw.convert("RGB"))
+    assert torch.equal(eval_set[0]["image"], expected)
 
 
 def test_loaders_follow_the_tutorial_batch_sizes_and_switches(large_jpegs):

@@ -2,6 +2,7 @@
 rendezvousing `pets-train` processes, and killed after an epoch then resumed from its checkpoint."""
 from __future__ import annotations
 
+import tempfile
 import time
 
 import pytest
@@ -138,3 +139,21 @@ def test_a_checkpoint_from_a_different_run_is_refused(pets_dir, tmp_path, capsys
     AcceleratorState._reset_state(True)
     with pytest.raises(ConfigError, match=r"from a different run \(batch_size=8 there, 16 now\)"):
         training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **{**TINY, "batch_size": 16})
+
+
+def test_the_image_cache_changes_no_figure_and_goes_with_the_run(pets_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run's own cache directory goes
+    cached = training_loop(data_dir=str(pets_dir), epochs=2, **TINY)
+    assert not list(tmp_path.glob("pets-image-cache-*")), "the run's temporary cache was left behind"
+    AcceleratorState._reset_state(True)
+    uncached = training_loop(data_dir=str(pets_dir), epochs=2, image_cache=False, **TINY)
+    figures = [[(entry.accuracy, entry.train_loss) for entry in result.history] for result in (cached, uncached)]
+    assert figures[0] == figures[1]
+
+
+def test_a_given_image_cache_directory_is_filled_once_and_kept(pets_dir, tmp_path):
+    cache_dir = tmp_path / "cache"
+    training_loop(data_dir=str(pets_dir), epochs=2, image_cache_dir=str(cache_dir), **TINY)
+    # One entry per image: train and eval images are different files, and epoch 2 only reads.
+    assert len(list(cache_dir.glob("*.npy"))) == len(list(pets_dir.glob("*.jpg")))
+

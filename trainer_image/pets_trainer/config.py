@@ -37,9 +37,12 @@ class TrainConfig:
     cpu: bool = False
     # Speed switches (not in the tutorial; each can be turned off to measure its share).
     draft_decode: bool = True
+    image_cache: bool = True
+    image_cache_dir: str | None = None  # None: a temporary directory per node, removed after the run
     persistent_workers: bool = True
     prefetch_factor: int = 2
     channels_last: bool = True
+    keep_freed_memory: bool = True  # glibc malloc: no mmap, no trimming (see pets_trainer.allocator)
     frozen_encoder_no_grad: bool = True
     pin_memory: str = "auto"  # "auto": only when the accelerator is a GPU
 

@@ -7,35 +7,61 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import Compose, RandomResizedCrop, Resize, ToTensor
 
 from .config import TrainConfig
 from .errors import DataError
+from .image_cache import ImageCache
 from .image_index import ImageIndex
+
+
+@dataclass(frozen=True)
+class DecodeSteps:
+    """The part of loading an image that is the same every epoch: decode, and for eval also resize.
+
+    With `draft_size`, a JPEG is decoded by libjpeg directly at the smallest 1/2, 1/4 or 1/8 scale
+    that is still at least `draft_size` on both sides, instead of at full size. `resize` is the
+    tutorial's eval `Resize((resize, resize))`.
+    """
+
+    draft_size: int | None = None
+    resize: int | None = None
+
+    def __call__(self, path: Path) -> Image.Image:
+        with Image.open(path) as raw:
+            if self.draft_size:
+                raw.draft("RGB", (self.draft_size, self.draft_size))
+            image = raw.convert("RGB")
+        if self.resize:
+            image = Resize((self.resize, self.resize))(image)
+        return image
+
+    def describe(self) -> str:
+        """Names the result in the image cache: other steps must never hit the same entry."""
+        return f"decode draft={self.draft_size} resize={self.resize}"
 
 
 class PetsDataset(Dataset):
     """Items are `{"image": tensor, "label": int}` as in the tutorial.
 
-    With `draft_size`, a JPEG is decoded by libjpeg directly at the smallest 1/2, 1/4 or 1/8 scale
-    that is still at least `draft_size` on both sides, instead of at full size.
+    An image is `transform(decode(file))`; with a `cache`, `decode`'s result is kept on disk after
+    the first epoch, so only the random `transform` runs again.
     """
 
-    def __init__(self, files, labels, transform, draft_size: int | None = None):
+    def __init__(self, files, labels, transform, decode: DecodeSteps = DecodeSteps(), cache: ImageCache | None = None):
         self.files = list(files)
         self.labels = list(labels)
         self.transform = transform
-        self.draft_size = draft_size
+        self.decode = decode
+        self.cache = cache
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, index: int) -> dict:
-        with Image.open(self.files[index]) as raw:
-            if self.draft_size:
-                raw.draft("RGB", (self.draft_size, self.draft_size))
-            image = raw.convert("RGB")
+        path = self.files[index]
+        image = self.cache.load(path, self.decode.describe(), self.decode) if self.cache else self.decode(path)
         return {"image": self.transform(image), "label": self.labels[index]}
 
 
@@ -67,7 +93,8 @@ def train_transform(config: TrainConfig) -> Compose:
 
 
 def eval_transform(config: TrainConfig) -> Compose:
-    return Compose([Resize((config.image_size, config.image_size)), ToTensor()])
+    """What follows `eval_decode_steps`, which already did the tutorial's Resize."""
+    return Compose([ToTensor()])
 
 
 def train_draft_size(config: TrainConfig) -> int:
@@ -76,22 +103,40 @@ def train_draft_size(config: TrainConfig) -> int:
     return math.ceil(config.image_size / math.sqrt(config.crop_scale[0]))
 
 
-def build_datasets(index: ImageIndex, config: TrainConfig) -> tuple[PetsDataset, PetsDataset]:
+def train_decode_steps(config: TrainConfig) -> DecodeSteps:
+    return DecodeSteps(draft_size=train_draft_size(config) if config.draft_decode else None)
+
+
+def eval_decode_steps(config: TrainConfig) -> DecodeSteps:
+    return DecodeSteps(draft_size=config.image_size if config.draft_decode else None, resize=config.image_size)
+
+
+def build_datasets(
+    index: ImageIndex, config: TrainConfig, cache: ImageCache | None = None
+) -> tuple[PetsDataset, PetsDataset]:
     split = split_indices(len(index.files), config.seed, config.train_fraction)
 
-    def subset(indices, transform, draft_size):
+    def subset(indices, transform, decode):
         files = [Path(index.files[i]) for i in indices]
         labels = [index.labels[i] for i in indices]
-        return PetsDataset(files, labels, transform, draft_size if config.draft_decode else None)
+        return PetsDataset(files, labels, transform, decode, cache)
 
     return (
-        subset(split.train, train_transform(config), train_draft_size(config)),
-        subset(split.eval, eval_transform(config), config.image_size),
+        subset(split.train, train_transform(config), train_decode_steps(config)),
+        subset(split.eval, eval_transform(config), eval_decode_steps(config)),
     )
 
 
+def eval_shard(eval_set: PetsDataset, process_index: int, num_processes: int) -> Subset:
+    """This process's share of the eval images: every `num_processes`-th, starting at its index.
+
+    The shards partition the set, so counts summed over the processes cover each image once.
+    """
+    return Subset(eval_set, range(process_index, len(eval_set), num_processes))
+
+
 def build_dataloaders(
-    train_set: PetsDataset, eval_set: PetsDataset, config: TrainConfig, pin_memory: bool
+    train_set: Dataset, eval_set: Dataset, config: TrainConfig, pin_memory: bool
 ) -> tuple[DataLoader, DataLoader]:
     workers = config.num_workers
     loader_options = dict(

@@ -82,9 +82,12 @@ TRAIN_OPTIONS = (
     Option("verify_images", "--verify-images", ("VERIFY_IMAGES",), parse_bool, "decode every image once up front and skip unreadable ones (true)"),
     Option("cpu", "--cpu", ("FORCE_CPU",), parse_bool, "train on the CPU even if a GPU is present (false)"),
     Option("draft_decode", "--draft-decode", ("DRAFT_DECODE",), parse_bool, "speed: decode JPEGs at the needed size (true)"),
+    Option("image_cache", "--image-cache", ("IMAGE_CACHE",), parse_bool, "speed: decode each image once per run, not once per epoch (true)"),
+    Option("image_cache_dir", "--image-cache-dir", ("IMAGE_CACHE_DIR",), str, "keep the decoded images here (kept after the run); default: a temporary directory"),
     Option("persistent_workers", "--persistent-workers", ("PERSISTENT_WORKERS",), parse_bool, "speed: keep loader workers between epochs (true)"),
     Option("prefetch_factor", "--prefetch-factor", ("PREFETCH_FACTOR",), parse_int, "speed: batches prefetched per loader worker (2)"),
     Option("channels_last", "--channels-last", ("CHANNELS_LAST",), parse_bool, "speed: channels_last memory format (true)"),
+    Option("keep_freed_memory", "--keep-freed-memory", ("KEEP_FREED_MEMORY",), parse_bool, "speed: malloc keeps freed memory for the next batch instead of unmapping it (true)"),
     Option("frozen_encoder_no_grad", "--frozen-encoder-no-grad", ("FROZEN_ENCODER_NO_GRAD",), parse_bool, "speed: run the frozen encoder under no_grad (true)"),
     Option("pin_memory", "--pin-memory", ("PIN_MEMORY",), choice(*PIN_MEMORY_CHOICES), "speed: pinned loader memory; auto = on GPU only (auto)"),
 )

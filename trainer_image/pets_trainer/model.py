@@ -68,3 +68,4 @@ class FrozenEncoderClassifier(nn.Module):
         with torch.no_grad():
             features = self.model.forward_features(images)
         return self.model.forward_head(features)
+

@@ -6,21 +6,28 @@ the launched processes.
 """
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 import time
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import broadcast_object_list, set_seed
 from torch.optim.lr_scheduler import OneCycleLR
 
+from .allocator import keep_freed_memory
 from .checkpoint import restore_checkpoint, save_checkpoint
 from .config import TrainConfig
-from .data import build_dataloaders, build_datasets
+from .data import build_dataloaders, build_datasets, eval_shard
 from .errors import ConfigError
+from .image_cache import ImageCache
 from .image_index import scan_images
 from .metrics import EpochResult, done_event, emit
 from .model import FrozenEncoderClassifier, create_model, freeze_encoder, normalization
@@ -55,6 +62,17 @@ def supported_mixed_precision(requested: str, cpu: bool = False) -> str:
     return requested
 
 
+def sync_buffers_from_main_process(model: torch.nn.Module, accelerator: Accelerator) -> None:
+    """Give every process the main process's BatchNorm statistics, as DDP does before a forward pass.
+
+    In training each process updates its copy from its own batches after DDP's sync, so after the
+    last step the copies differ a little; eval must use one set of statistics everywhere.
+    """
+    if accelerator.num_processes > 1:
+        for buffer in model.buffers():
+            torch.distributed.broadcast(buffer, src=0)
+
+
 def checkpoint_fingerprint(config: TrainConfig, classes: tuple[str, ...], num_processes: int) -> dict:
     """What a checkpoint's state depends on; resuming with anything else would be a different run."""
     keys = ("model", "seed", "batch_size", "epochs", "max_lr", "lr_div_factor", "image_size", "train_fraction")
@@ -66,6 +84,8 @@ def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult
     config = (config or TrainConfig()).replace(**overrides)
     if not config.data_dir:
         raise ConfigError("data_dir is not set: the directory of <breed>_<n>.jpg images")
+    if config.keep_freed_memory:
+        keep_freed_memory()
     set_seed(config.seed)
     # Accelerate sets up a multi-process CPU group (gloo) only when told it runs on the CPU.
     use_cpu = config.cpu or not device_accelerator_available()
@@ -74,14 +94,43 @@ def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult
     if mixed_precision != config.mixed_precision:
         accelerator.print(f"mixed precision {config.mixed_precision!r} is not available on {accelerator.device}; using 'no'", file=sys.stderr)
 
+    with image_cache_for_run(accelerator, config) as cache:
+        return _train(accelerator, config, cache)
+
+
+@contextmanager
+def image_cache_for_run(accelerator: Accelerator, config: TrainConfig) -> Iterator[ImageCache | None]:
+    """`config.image_cache_dir`, or a temporary directory that a node's processes share and that goes with the run."""
+    if not config.image_cache:
+        yield None
+        return
+    if config.image_cache_dir:
+        Path(config.image_cache_dir).mkdir(parents=True, exist_ok=True)
+        yield ImageCache(config.image_cache_dir)
+        return
+    # Every process must use the same name; node-local directories of that name are fine.
+    name = broadcast_object_list([f"pets-image-cache-{uuid.uuid4().hex}" if accelerator.is_main_process else None])[0]
+    directory = Path(tempfile.gettempdir()) / name
+    directory.mkdir(mode=0o700, exist_ok=True)
+    try:
+        yield ImageCache(directory)
+    finally:
+        # After a run every process has passed its last collective, so none reads the cache any more;
+        # after a failure a process still reading just misses.
+        if accelerator.is_local_main_process:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None) -> TrainResult | None:
     index = scan_images(config.data_dir, verify=config.verify_images)
     for line in index.skip_summary():
         accelerator.print(line, file=sys.stderr)
-    train_set, eval_set = build_datasets(index, config)
+    train_set, eval_set = build_datasets(index, config, cache)
+    eval_set = eval_shard(eval_set, accelerator.process_index, accelerator.num_processes)
     pin_memory = config.pin_memory == "true" or (config.pin_memory == "auto" and accelerator.device.type == "cuda")
     train_dataloader, eval_dataloader = build_dataloaders(train_set, eval_set, config, pin_memory)
     accelerator.print(
-        f"{len(index.files)} images, {len(index.classes)} classes, {len(train_set)} train / {len(eval_set)} eval,"
+        f"{len(index.files)} images, {len(index.classes)} classes, {len(train_set)} train / {len(eval_set.dataset)} eval,"
         f" {accelerator.num_processes} process(es) on {accelerator.device}"
     )
 
@@ -100,9 +149,13 @@ def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult
         steps_per_epoch=len(train_dataloader),
         div_factor=config.lr_div_factor,
     )
-    model, optimizer, train_dataloader, eval_dataloader, lr_scheduler = accelerator.prepare(
-        model, optimizer, train_dataloader, eval_dataloader, lr_scheduler
+    # The eval loader is not prepared: Accelerate would pad every process's last batch to full size
+    # with repeated images, and with few eval images per process most of the work would be repeats.
+    model, optimizer, train_dataloader, lr_scheduler = accelerator.prepare(
+        model, optimizer, train_dataloader, lr_scheduler
     )
+    # Eval runs outside DDP: processes may have different numbers of eval batches.
+    eval_model = accelerator.unwrap_model(model)
 
     def prepare_inputs(images: torch.Tensor) -> torch.Tensor:
         return ((images - mean) / std).contiguous(memory_format=memory_format)
@@ -133,17 +186,19 @@ def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult
         train_seconds = time.perf_counter() - started
 
         model.eval()
-        accurate = 0
-        num_elems = 0
+        sync_buffers_from_main_process(eval_model, accelerator)
+        accurate = torch.zeros((), dtype=torch.long, device=accelerator.device)
+        num_elems = torch.zeros((), dtype=torch.long, device=accelerator.device)
         for batch in eval_dataloader:
+            images = batch["image"].to(accelerator.device, non_blocking=pin_memory)
+            labels = batch["label"].to(accelerator.device, non_blocking=pin_memory)
             with torch.no_grad():
-                outputs = model(prepare_inputs(batch["image"]))
+                outputs = eval_model(prepare_inputs(images))
             predictions = outputs.argmax(dim=-1)
-            # gather_for_metrics drops the samples Accelerate repeated to even out the last batch.
-            predictions, labels = accelerator.gather_for_metrics((predictions, batch["label"]))
-            accurate_preds = predictions == labels
-            num_elems += accurate_preds.shape[0]
-            accurate += accurate_preds.long().sum().item()
+            accurate += (predictions == labels).sum()
+            num_elems += labels.shape[0]
+        # Every eval image sits in exactly one process's shard: the gathered counts are the whole set's.
+        accurate, num_elems = accelerator.gather(torch.stack([accurate, num_elems])).view(-1, 2).sum(dim=0).tolist()
         eval_metric = accurate / num_elems
         train_loss = (accelerator.reduce(loss_sum, "sum") / accelerator.reduce(batches, "sum")).item()
         accelerator.print(f"epoch {epoch}: {100 * eval_metric:.2f}")
