@@ -6,8 +6,10 @@ Everything runs side by side in one invocation on the same generated data:
   2. ablation: the trainer with each speed choice turned off in turn (its share);
   3. scaling: `pets-train` with 1 process vs. 2 processes (gloo on CPU), parallel efficiency.
 
-    python benchmarks/trainer_throughput.py                 # defaults: see --help (~5-10 min on 2 cores)
+    python benchmarks/trainer_throughput.py                 # the tutorial's model and input size (~30 min on 2 cores)
+    python benchmarks/trainer_throughput.py --quick         # resnet18d at 128 px (~10 min on 2 cores)
     python benchmarks/trainer_throughput.py --tiny          # seconds: a smoke run
+    python benchmarks/trainer_throughput.py --mixed-precision bf16   # on a GPU: both sides in bf16
 
 It is a script, not a test: the figures depend on the machine. See docs/performance-trainer.md.
 """
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,36 +38,59 @@ from torch.optim.lr_scheduler import OneCycleLR
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import Compose, RandomResizedCrop, Resize, ToTensor
 
-from pets_trainer.config import TrainConfig
+from pets_trainer.allocator import keep_freed_memory
+from pets_trainer.config import MIXED_PRECISION_CHOICES, TrainConfig
+from pets_trainer.data import PetsDataset, eval_decode_steps, eval_transform, train_decode_steps, train_transform
+from pets_trainer.image_cache import ImageCache
 from pets_trainer.metrics import parse_metric_lines
+from pets_trainer.model import FrozenEncoderClassifier, freeze_encoder
 from pets_trainer.synthetic import generate_synthetic_pets
 from pets_trainer.train import training_loop
 
 # Each ablation turns one speed choice off.
 ABLATIONS = {
     "no draft decode": dict(draft_decode=False),
+    "no image cache": dict(image_cache=False),
     "no persistent workers": dict(persistent_workers=False),
     "no channels_last": dict(channels_last=False),
+    "no keep freed memory": dict(keep_freed_memory=False),
     "no no_grad encoder": dict(frozen_encoder_no_grad=False),
 }
 
 
 @dataclass
 class Measurement:
+    """Seconds per epoch; images per second over all epochs, and over the last one alone.
+
+    The first epoch carries one-time costs (loader workers starting, the first pass over each batch
+    shape); the last is what every further epoch of a longer run looks like.
+    """
+
     name: str
-    train_images: int
-    eval_images: int
-    train_seconds: float
-    eval_seconds: float
+    train_images_per_epoch: int
+    eval_images_per_epoch: int
+    train_seconds: list[float]
+    eval_seconds: list[float]
     accuracy: float
 
     @property
     def train_rate(self) -> float:
-        return self.train_images / self.train_seconds
+        return self.train_images_per_epoch * len(self.train_seconds) / sum(self.train_seconds)
 
     @property
     def eval_rate(self) -> float:
-        return self.eval_images / self.eval_seconds
+        return self.eval_images_per_epoch * len(self.eval_seconds) / sum(self.eval_seconds)
+
+    @property
+    def last_train_rate(self) -> float:
+        return self.train_images_per_epoch / self.train_seconds[-1]
+
+    @property
+    def last_eval_rate(self) -> float:
+        return self.eval_images_per_epoch / self.eval_seconds[-1]
+
+    def report(self) -> dict:
+        return {**vars(self), **{rate: getattr(self, rate) for rate in RATES}}
 
 
 # --- the baseline: the tutorial's code, re-typed, with only its constants made arguments -------
@@ -133,7 +158,7 @@ def tutorial_training_loop(data_dir, model_name, image_size, epochs, mixed_preci
     model, optimizer, train_dataloader, eval_dataloader, lr_scheduler = accelerator.prepare(
         model, optimizer, train_dataloader, eval_dataloader, lr_scheduler
     )
-    train_seconds = eval_seconds = 0.0
+    train_seconds, eval_seconds = [], []
     for epoch in range(epochs):
         started = time.perf_counter()
         model.train()
@@ -145,7 +170,7 @@ def tutorial_training_loop(data_dir, model_name, image_size, epochs, mixed_preci
             optimizer.step()
             lr_scheduler.step()
             optimizer.zero_grad()
-        train_seconds += time.perf_counter() - started
+        train_seconds.append(time.perf_counter() - started)
         started = time.perf_counter()
         model.eval()
         accurate = 0
@@ -159,7 +184,7 @@ def tutorial_training_loop(data_dir, model_name, image_size, epochs, mixed_preci
             num_elems += accurate_preds.shape[0]
             accurate += accurate_preds.long().sum()
         eval_metric = accurate.item() / num_elems
-        eval_seconds += time.perf_counter() - started
+        eval_seconds.append(time.perf_counter() - started)
         accelerator.print(f"epoch {epoch}: {100 * eval_metric:.2f}")
     accelerator.end_training()
     return train_seconds, eval_seconds, eval_metric, len(train_dataloader.dataset), len(eval_dataloader.dataset)
@@ -175,28 +200,30 @@ def reset_accelerate() -> None:
 def measure_baseline(args, data_dir: Path) -> Measurement:
     reset_accelerate()
     train_s, eval_s, accuracy, n_train, n_eval = tutorial_training_loop(
-        str(data_dir), args.model, args.image_size, args.epochs, seed=args.seed, batch_size=args.batch_size,
-        num_workers=args.num_workers,
+        str(data_dir), args.model, args.image_size, args.epochs, mixed_precision=args.mixed_precision, seed=args.seed,
+        batch_size=args.batch_size, num_workers=args.num_workers,
     )
-    return Measurement("tutorial baseline", n_train * args.epochs, n_eval * args.epochs, train_s, eval_s, accuracy)
+    return Measurement("tutorial baseline", n_train, n_eval, train_s, eval_s, accuracy)
 
 
 def trainer_config(args, data_dir: Path) -> TrainConfig:
     return TrainConfig(data_dir=str(data_dir), model=args.model, image_size=args.image_size, epochs=args.epochs,
-                       seed=args.seed, batch_size=args.batch_size, num_workers=args.num_workers)
+                       seed=args.seed, batch_size=args.batch_size, num_workers=args.num_workers,
+                       mixed_precision=args.mixed_precision)
 
 
 def measure_trainer(args, data_dir: Path, name: str, **switches) -> Measurement:
     reset_accelerate()
     config = trainer_config(args, data_dir).replace(**switches)
     result = training_loop(config)
-    split_train = int(0.8 * len(list(data_dir.glob("*.jpg"))))
-    split_eval = len(list(data_dir.glob("*.jpg"))) - split_train
-    return Measurement(
-        name, split_train * args.epochs, split_eval * args.epochs,
-        sum(r.train_seconds for r in result.history), sum(r.eval_seconds for r in result.history),
-        result.accuracy,
-    )
+    n_train, n_eval = split_sizes(data_dir)
+    return Measurement(name, n_train, n_eval, [r.train_seconds for r in result.history],
+                       [r.eval_seconds for r in result.history], result.accuracy)
+
+
+def split_sizes(data_dir: Path) -> tuple[int, int]:
+    total = len(list(data_dir.glob("*.jpg")))
+    return int(0.8 * total), total - int(0.8 * total)
 
 
 def measure_processes(args, data_dir: Path, processes: int, threads: int) -> Measurement:
@@ -206,16 +233,15 @@ def measure_processes(args, data_dir: Path, processes: int, threads: int) -> Mea
     config = trainer_config(args, data_dir)
     command = [str(Path(sys.executable).parent / "pets-train"), "--data-dir", config.data_dir, "--model", config.model,
                "--image-size", str(config.image_size), "--epochs", str(config.epochs), "--seed", str(config.seed),
-               "--batch-size", str(config.batch_size), "--num-workers", str(args.scaling_workers)]
+               "--batch-size", str(config.batch_size), "--num-workers", str(args.scaling_workers),
+               "--mixed-precision", config.mixed_precision]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"pets-train with {processes} process(es) failed:\n{done.stderr[-3000:]}")
     epochs = [event for event in parse_metric_lines(done.stdout) if event["event"] == "epoch"]
-    total = len(list(data_dir.glob("*.jpg")))
-    n_train, n_eval = int(0.8 * total), total - int(0.8 * total)
-    return Measurement(f"{processes} process(es) x {threads} thread(s)", n_train * len(epochs), n_eval * len(epochs),
-                       sum(e["train_seconds"] for e in epochs), sum(e["eval_seconds"] for e in epochs),
-                       epochs[-1]["accuracy"])
+    n_train, n_eval = split_sizes(data_dir)
+    return Measurement(f"{processes} process(es) x {threads} thread(s)", n_train, n_eval,
+                       [e["train_seconds"] for e in epochs], [e["eval_seconds"] for e in epochs], epochs[-1]["accuracy"])
 
 
 def min_seconds(action, repeats: int) -> float:
@@ -227,26 +253,38 @@ def min_seconds(action, repeats: int) -> float:
     return best
 
 
-def micro_benchmarks(args, data_dir: Path) -> dict:
-    """Each speed choice in isolation, repeated and the minimum kept: far less noisy than whole runs."""
-    from pets_trainer.data import PetsDataset, eval_transform, train_draft_size, train_transform
-    from pets_trainer.model import FrozenEncoderClassifier, freeze_encoder
-
+def micro_image_loads(args, data_dir: Path) -> dict:
+    """Loading one image (decode + the phase's transforms), each way, in isolation."""
     config = trainer_config(args, data_dir)
     files = sorted(data_dir.glob("*.jpg"))[:64]
+    labels = [0] * len(files)
     results = {}
-    for phase, transform, draft in (("train", train_transform(config), train_draft_size(config)),
-                                    ("eval", eval_transform(config), config.image_size)):
-        for label, draft_size in (("full decode", None), ("draft decode", draft)):
-            dataset = PetsDataset(files, [0] * len(files), transform, draft_size)
-            seconds = min_seconds(lambda: [dataset[i] for i in range(len(dataset))], repeats=3)
-            results[f"{phase} image load ({label}) ms/image"] = 1000 * seconds / len(files)
+    with tempfile.TemporaryDirectory(prefix="pets-bench-cache-") as cache_dir:
+        cache = ImageCache(cache_dir)
+        for phase, transform, steps in (("train", train_transform(config), train_decode_steps(config)),
+                                        ("eval", eval_transform(config), eval_decode_steps(config))):
+            variants = {
+                "full decode": PetsDataset(files, labels, transform, replace(steps, draft_size=None)),
+                "draft decode": PetsDataset(files, labels, transform, steps),
+                "draft decode, from the image cache": PetsDataset(files, labels, transform, steps, cache),
+            }
+            [variants["draft decode, from the image cache"][i] for i in range(len(files))]  # the first epoch fills it
+            for label, dataset in variants.items():
+                seconds = min_seconds(lambda dataset=dataset: [dataset[i] for i in range(len(dataset))], repeats=3)
+                results[f"{phase} image load ({label}) ms/image"] = 1000 * seconds / len(files)
+    return results
 
+
+def micro_compute(args, malloc: str) -> dict:
+    """The train step and the eval forward pass on random images, each way, in isolation."""
     torch.manual_seed(0)
     images = torch.rand(args.batch_size, 3, args.image_size, args.image_size)
     labels = torch.randint(0, args.classes, (args.batch_size,))
+    eval_images = torch.rand(2 * args.batch_size, 3, args.image_size, args.image_size)  # the tutorial's eval batch
+    results = {}
     for channels_last in (False, True):
         fmt = torch.channels_last if channels_last else torch.contiguous_format
+        layout = "channels_last" if channels_last else "contiguous"
         for no_grad in (False, True):
             model = timm.create_model(args.model, pretrained=False, num_classes=args.classes)
             freeze_encoder(model)
@@ -261,14 +299,50 @@ def micro_benchmarks(args, data_dir: Path) -> dict:
                 optimizer.zero_grad()
 
             step()  # warm-up
-            name = f"train step ({'channels_last' if channels_last else 'contiguous'}, {'no_grad encoder' if no_grad else 'plain'})"
-            results[name + " ms/image"] = 1000 * min_seconds(step, repeats=6) / args.batch_size
+            name = f"train step ({layout}, {'no_grad encoder' if no_grad else 'plain'}, {malloc})"
+            results[name + " ms/image"] = 1000 * min_seconds(step, repeats=args.micro_repeats) / args.batch_size
         wrapper.eval()
+        eval_batch = eval_images.contiguous(memory_format=fmt)
         with torch.no_grad():
-            wrapper(batch)
-            eval_seconds = min_seconds(lambda: wrapper(batch), repeats=6)
-        results[f"eval forward ({'channels_last' if channels_last else 'contiguous'}) ms/image"] = 1000 * eval_seconds / args.batch_size
+            wrapper(eval_batch)  # warm-up
+            seconds = min_seconds(lambda: wrapper(eval_batch), args.micro_repeats)
+        results[f"eval forward of {len(eval_batch)} ({layout}, {malloc}) ms/image"] = 1000 * seconds / len(eval_batch)
     return results
+
+
+# --- one measurement per process -------------------------------------------------------------------
+
+RESULT_PREFIX = "BENCHMARK-RESULT "
+
+
+def run_in_child(args, data_dir: Path, **task) -> dict:
+    """One measurement in a fresh interpreter, its result back as JSON.
+
+    Nothing process-wide may carry over from one measurement to the next: the malloc settings the
+    trainer makes, loader workers still alive, an allocator already warm.
+    """
+    payload = json.dumps({"args": vars(args), "data_dir": str(data_dir), **task}, default=str)
+    done = subprocess.run([sys.executable, __file__, "--child", payload], capture_output=True, text=True, timeout=7200)
+    if done.returncode != 0:
+        raise SystemExit(f"measurement {task} failed:\n{done.stderr[-3000:]}")
+    line = next(line for line in reversed(done.stdout.splitlines()) if line.startswith(RESULT_PREFIX))
+    return json.loads(line[len(RESULT_PREFIX):])
+
+
+def child_main(payload: str) -> int:
+    task = json.loads(payload)
+    args, data_dir = argparse.Namespace(**task["args"]), Path(task["data_dir"])
+    if task["kind"] == "baseline":
+        result = vars(measure_baseline(args, data_dir))
+    elif task["kind"] == "trainer":
+        result = vars(measure_trainer(args, data_dir, task["name"], **task["switches"]))
+    else:
+        malloc = "glibc default malloc"
+        if task["keep_freed_memory"]:
+            malloc = "malloc keeps freed memory" if keep_freed_memory() else "glibc default malloc (could not change it)"
+        result = micro_compute(args, malloc)
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
 
 
 def free_port() -> int:
@@ -280,57 +354,106 @@ def free_port() -> int:
 
 
 def best_of(runs: list[Measurement]) -> Measurement:
-    """The fastest train and eval time seen: other load on the machine only ever slows a run down."""
+    """Each epoch's fastest train and eval time seen: other load on the machine only ever slows a run down."""
     first = runs[0]
-    return Measurement(first.name, first.train_images, first.eval_images, min(r.train_seconds for r in runs),
-                       min(r.eval_seconds for r in runs), first.accuracy)
+
+    def fastest(times: list[list[float]]) -> list[float]:
+        return [min(epoch) for epoch in zip(*times)]
+
+    return Measurement(first.name, first.train_images_per_epoch, first.eval_images_per_epoch,
+                       fastest([r.train_seconds for r in runs]), fastest([r.eval_seconds for r in runs]), first.accuracy)
 
 
 def interleaved(measurements: dict, repeats: int) -> dict[str, Measurement]:
-    """Run each measurement `repeats` times, round-robin, so drifting machine load hits all alike."""
+    """Run each measurement `repeats` times, round-robin, so drifting machine load hits all alike.
+
+    Each round starts one further along the list, so no configuration always runs first (a cold
+    process) or always right after the same neighbour.
+    """
     runs = {name: [] for name in measurements}
+    names = list(measurements)
     for round_number in range(repeats):
-        for name, measure in measurements.items():
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            measure = measurements[name]
             print(f"-- round {round_number + 1}/{repeats}: {name}", flush=True)
             runs[name].append(measure())
     return {name: best_of(found) for name, found in runs.items()}
 
 
+RATES = ("train_rate", "eval_rate", "last_train_rate", "last_eval_rate")
+
+
 def table(rows: list[Measurement], reference: Measurement) -> str:
-    lines = [f"{'run':<34} {'train img/s':>11} {'eval img/s':>10} {'train x':>8} {'eval x':>7} {'accuracy':>8}"]
+    """Images/second and the ratio to `reference`: over all epochs, then over the last epoch alone."""
+    lines = [f"{'':<34} {'all epochs: img/s (x)':^31} {'last epoch: img/s (x)':^31}",
+             f"{'run':<34} {'train':>15} {'eval':>15} {'train':>15} {'eval':>15} {'accuracy':>8}"]
     for row in rows:
-        lines.append(
-            f"{row.name:<34} {row.train_rate:>11.1f} {row.eval_rate:>10.1f} {row.train_rate / reference.train_rate:>8.2f}"
-            f" {row.eval_rate / reference.eval_rate:>7.2f} {row.accuracy:>8.3f}"
-        )
+        cells = " ".join(f"{getattr(row, rate):>7.1f} ({getattr(row, rate) / getattr(reference, rate):4.2f})"
+                         for rate in RATES)
+        lines.append(f"{row.name:<34} {cells} {row.accuracy:>8.3f}")
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+# Settings that --quick and --tiny change; a flag given on the command line wins over its preset.
+PRESETS = {
+    # The tutorial's model and input size, on photos the size of Oxford-IIIT Pets' (mostly 500 x 375).
+    "tutorial": dict(model="resnet50d", image_size=224, source_size="500x375", classes=4, images_per_class=48,
+                     epochs=2, batch_size=32, num_workers=4, repeats=3, scaling_repeats=2, micro_repeats=3),
+    "quick": dict(model="resnet18d", image_size=128, source_size="384"),
+    "tiny": dict(model="resnet10t", image_size=32, source_size="64", classes=2, images_per_class=8, epochs=1,
+                 batch_size=8, num_workers=1, repeats=1, scaling_repeats=1, micro_repeats=1),
+}
+
+
+def source_size(text: str) -> int | tuple[int, int]:
+    """`384` (square) or `500x375` (width x height)."""
+    width, _, height = text.lower().partition("x")
+    return (int(width), int(height)) if height else int(width)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet18d", help="timm model (resnet18d; the trainer's default is resnet50d)")
-    parser.add_argument("--image-size", type=int, default=128, help="model input side (128; the tutorial uses 224)")
-    parser.add_argument("--source-size", type=int, default=384, help="side of the generated JPEGs (384)")
-    parser.add_argument("--classes", type=int, default=4)
-    parser.add_argument("--images-per-class", type=int, default=48)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--num-workers", type=int, default=4, help="loader workers for baseline and trainer (4, the tutorial's)")
+    parser.add_argument("--quick", dest="preset", action="store_const", const="quick", default="tutorial",
+                        help="resnet18d at 128 px from 384 px JPEGs: about a third of the time")
+    parser.add_argument("--tiny", dest="preset", action="store_const", const="tiny", help="smallest settings, for a smoke test")
+    parser.add_argument("--model", help="timm model (resnet50d, the tutorial's)")
+    parser.add_argument("--image-size", type=int, help="model input side (224, the tutorial's)")
+    parser.add_argument("--source-size", help="generated JPEGs: a side (384) or WIDTHxHEIGHT (500x375)")
+    parser.add_argument("--classes", type=int, help="(4)")
+    parser.add_argument("--images-per-class", type=int, help="(48)")
+    parser.add_argument("--epochs", type=int, help="(2)")
+    parser.add_argument("--batch-size", type=int, help="(32)")
+    parser.add_argument("--num-workers", type=int, help="loader workers for baseline and trainer (4, the tutorial's)")
+    parser.add_argument("--mixed-precision", choices=MIXED_PRECISION_CHOICES, default="no",
+                        help="both sides; fp16 and bf16 need a GPU (no)")
     parser.add_argument("--scaling-workers", type=int, default=1, help="loader workers per process in the scaling runs (1)")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per configuration; best is kept (3)")
-    parser.add_argument("--scaling-repeats", type=int, default=2, help="repeats of the 1 vs 2 processes runs (2)")
+    parser.add_argument("--repeats", type=int, help="interleaved repeats per configuration; best is kept (3)")
+    parser.add_argument("--scaling-repeats", type=int, help="repeats of the 1 vs 2 processes runs (2)")
+    parser.add_argument("--micro-repeats", type=int, help="repeats of each micro benchmark; best is kept (3)")
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1 vs 2 processes runs")
     parser.add_argument("--no-micro", action="store_true", help="skip the per-choice micro benchmarks")
     parser.add_argument("--no-ablation", action="store_true", help="skip the ablation runs")
-    parser.add_argument("--tiny", action="store_true", help="smallest settings, for a smoke test")
+    parser.add_argument("--ablation", action="append", choices=list(ABLATIONS), metavar="NAME",
+                        help="run only this ablation (repeatable); default: all of " + ", ".join(ABLATIONS))
     parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args(argv)
-    if args.tiny:
-        args.model, args.image_size, args.source_size = "resnet10t", 32, 64
-        args.classes, args.images_per_class, args.epochs, args.batch_size, args.num_workers = 2, 8, 1, 8, 1
-        args.repeats, args.scaling_repeats = 1, 1
+    for name, value in {**PRESETS["tutorial"], **PRESETS[args.preset]}.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.source_size = source_size(args.source_size)
+    if args.mixed_precision != "no" and not torch.cuda.is_available():
+        parser.error(f"--mixed-precision {args.mixed_precision} needs a GPU: on a CPU the trainer would fall back to "
+                     "'no' and the tutorial's loop cannot run it, so there is nothing to compare")
+    return args
 
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child_main(argv[1])
+    args = parse_args(argv)
     settings = {k: v for k, v in vars(args).items() if k not in ("json",)}
     print("settings:", json.dumps(settings, default=str), flush=True)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
@@ -341,28 +464,28 @@ def main(argv=None) -> int:
         generate_synthetic_pets(data_dir, args.classes, args.images_per_class, args.source_size, seed=args.seed)
 
         if not args.no_micro:
-            micro = micro_benchmarks(args, data_dir)
+            micro = micro_image_loads(args, data_dir)
+            for keep in (False, True):
+                micro.update(run_in_child(args, data_dir, kind="compute", keep_freed_memory=keep))
             print("\n== each choice in isolation (min of repeats; lower is better) ==", flush=True)
             for name, value in micro.items():
-                print(f"{name:<60} {value:8.2f}", flush=True)
+                print(f"{name:<78} {value:8.2f}", flush=True)
             report["micro"] = micro
 
-        measurements = {
-            "baseline": lambda: measure_baseline(args, data_dir),
-            "trainer": lambda: measure_trainer(args, data_dir, "trainer (all speed choices)"),
-        }
+        runs = {"baseline": dict(kind="baseline"),
+                "trainer": dict(kind="trainer", name="trainer (all speed choices)", switches={})}
         if not args.no_ablation:
-            for name, switches in ABLATIONS.items():
-                measurements[name] = lambda name=name, switches=switches: measure_trainer(args, data_dir, name, **switches)
+            runs.update({name: dict(kind="trainer", name=name, switches=ABLATIONS[name]) for name in args.ablation or ABLATIONS})
+        measurements = {name: lambda task=task: Measurement(**run_in_child(args, data_dir, **task)) for name, task in runs.items()}
         best = interleaved(measurements, args.repeats)
         baseline, trainer = best.pop("baseline"), best.pop("trainer")
         print("\n== baseline vs trainer (x = relative to the baseline) ==\n" + table([baseline, trainer], baseline), flush=True)
-        report["baseline"], report["trainer"] = vars(baseline), vars(trainer)
+        report["baseline"], report["trainer"] = baseline.report(), trainer.report()
         if best:
             ablated = list(best.values())
             print("\n== ablation (each choice off in turn; x = relative to the trainer with all on) ==\n"
                   + table([trainer, *ablated], trainer), flush=True)
-            report["ablation"] = [vars(row) for row in ablated]
+            report["ablation"] = [row.report() for row in ablated]
         if not torch.cuda.is_available():
             print("pin_memory and mixed precision: used only on a GPU, so not measured on this CPU", flush=True)
 
@@ -377,7 +500,7 @@ def main(argv=None) -> int:
             efficiency = two.train_rate / (2 * one.train_rate)
             print("\n== scaling (pets-train, gloo on CPU; x = relative to 1 process) ==\n" + table([one, two], one), flush=True)
             print(f"parallel efficiency (train): {efficiency:.2f}", flush=True)
-            report["scaling"] = {"one": vars(one), "two": vars(two), "train_efficiency": efficiency}
+            report["scaling"] = {"one": one.report(), "two": two.report(), "train_efficiency": efficiency}
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
