@@ -45,4 +45,3 @@ def test_available_cpus_is_the_affinity_mask_capped_by_the_quota_rounded_up(tmp_
     assert available_cpus(tmp_path) == 1
     write(tmp_path, "cpu.max", f"{(mask + 8) * 100000} 100000\n")  # a quota above the mask changes nothing
     assert available_cpus(tmp_path) == mask
-

@@ -102,4 +102,3 @@ def test_no_grad_encoder_gives_the_same_loss_gradient_and_update(channels_last):
     assert plain[2].keys() == fast[2].keys()
     for key in plain[2]:  # classifier, frozen weights and BatchNorm running statistics alike
         torch.testing.assert_close(fast[2][key], plain[2][key])
-

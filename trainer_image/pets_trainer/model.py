@@ -68,4 +68,3 @@ class FrozenEncoderClassifier(nn.Module):
         with torch.no_grad():
             features = self.model.forward_features(images)
         return self.model.forward_head(features)
-
