@@ -9,7 +9,8 @@ from torchvision.transforms import Compose, Resize, ToTensor
 
 from pets_trainer.config import TrainConfig
 from pets_trainer.data import (
-    DecodeSteps, PetsDataset, build_dataloaders, build_datasets, split_indices, train_decode_steps, train_draft_size,
+    DecodeSteps, PetsDataset, build_dataloaders, build_datasets, eval_shard, split_indices, train_decode_steps,
+    train_draft_size,
 )
 from pets_trainer.errors import DataError
 from pets_trainer.image_index import scan_images
@@ -109,3 +110,12 @@ def test_loaders_follow_the_tutorial_batch_sizes_and_switches(large_jpegs):
     assert train_loader.persistent_workers and train_loader.prefetch_factor == 3
     train_loader, _ = build_dataloaders(train_set, eval_set, with_workers.replace(persistent_workers=False), pin_memory=False)
     assert not train_loader.persistent_workers
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3, 16])
+def test_eval_shards_partition_the_eval_set_without_repeats(processes):
+    eval_set = PetsDataset([f"{i}.jpg" for i in range(21)], list(range(21)), transform=None)
+    shards = [eval_shard(eval_set, index, processes) for index in range(processes)]
+    covered = [i for shard in shards for i in shard.indices]
+    assert sorted(covered) == list(range(21))  # every image once, none repeated to even out batches
+    assert max(len(s) for s in shards) - min(len(s) for s in shards) <= 1
