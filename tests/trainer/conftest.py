@@ -55,10 +55,17 @@ def _trainer_env(tiny: bool = True, synthetic: bool = False, **values: str) -> d
 
 
 @pytest.fixture
-def trainer_env():
+def trainer_env(tmp_path):
     """`trainer_env(tiny=True, synthetic=False, **VARS)`: this environment minus anything a pod sets,
-    plus the tiny training settings, the synthetic-data variables, and VARS."""
-    return _trainer_env
+    plus the tiny training settings, the synthetic-data variables, a TMPDIR of the test's own (a
+    killed trainer leaves its temporary image cache there, not in /tmp), and VARS."""
+    private_tmp = tmp_path / "tmpdir"
+    private_tmp.mkdir()
+
+    def make(tiny: bool = True, synthetic: bool = False, **values: str) -> dict[str, str]:
+        return _trainer_env(tiny, synthetic, **{"TMPDIR": str(private_tmp), **values})
+
+    return make
 
 
 class TrainerProcesses:
