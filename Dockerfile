@@ -8,8 +8,11 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 # README.m[d]: copied when present (the package metadata reads it).
 COPY pyproject.toml README.m[d] ./
-COPY operator/ operator/
-COPY trainer_image/pets_trainer/ trainer_image/pets_trainer/
+# The operator package only: not the local cluster (operator/pets_localkube/, the demo and the
+# tests' emulated API server) and not the trainer; package discovery installs what is copied.
+COPY operator/pets_operator/ operator/pets_operator/
+# What the package's manifests/ links point to (the CRD and the sample job, read as package data).
+COPY manifests/crd.yaml manifests/job.yaml manifests/
 RUN /opt/venv/bin/pip install '.[operator]'
 
 FROM ${PYTHON_IMAGE}

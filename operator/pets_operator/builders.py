@@ -9,22 +9,13 @@ from typing import Any, Mapping, Sequence
 
 from pets_operator import API_VERSION, KIND
 
-from . import names
+from . import contract, names
 from .spec import DATA_MOUNT_PATH
 
 CONTAINER_NAME = "trainer"
-TRAINER_COMMAND = ["pets-train"]
 RENDEZVOUS_PORT_NAME = "rendezvous"
 RUN_AS_USER = 10001  # the trainer image's non-root user (USER 10001:10001 in trainer_image/Dockerfile)
 SHM_MOUNT_PATH = "/dev/shm"
-
-# Every variable the operator derives from the spec; spec.env may not override them.
-MANAGED_ENV = frozenset({
-    "MASTER_ADDR", "MASTER_PORT", "NUM_MACHINES", "MACHINE_RANK", "JOB_COMPLETION_INDEX", "NPROC_PER_NODE",
-    "WORLD_SIZE", "MIXED_PRECISION", "SEED", "BATCH_SIZE", "EPOCHS", "MAX_LR", "MODEL", "DATA_DIR",
-    "NUM_WORKERS", "IMAGE_SIZE", "PRETRAINED", "PRETRAINED_WEIGHTS", "CHECKPOINT_DIR",
-    "SYNTHETIC_CLASSES", "SYNTHETIC_IMAGES_PER_CLASS", "SYNTHETIC_IMAGE_SIZE", "PYTHONUNBUFFERED",
-})
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -44,39 +35,17 @@ def checkpoint_dir(spec: Mapping[str, Any]) -> str | None:
 
 
 def pod_env(job: str, namespace: str, index: int, spec: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The rendezvous contract of docs/ARCHITECTURE.md, then the spec's extra env."""
-    num_nodes = int(spec["numNodes"])
-    per_node = int(spec["processesPerNode"])
-    values: dict[str, str] = {
+    """The contract's variables (`contract.ENTRIES`, in its order), then the spec's extra env."""
+    num_nodes, per_node = int(spec["numNodes"]), int(spec["processesPerNode"])
+    values = contract.environment(spec, derived={
         "MASTER_ADDR": names.master_addr(job, namespace),
-        "MASTER_PORT": str(spec["masterPort"]),
-        "NUM_MACHINES": str(num_nodes),
-        "MACHINE_RANK": str(index),
-        "JOB_COMPLETION_INDEX": str(index),
-        "NPROC_PER_NODE": str(per_node),
-        "WORLD_SIZE": str(num_nodes * per_node),
-        "MIXED_PRECISION": str(spec["mixedPrecision"]),
-        "SEED": str(spec["seed"]),
-        "BATCH_SIZE": str(spec["batchSize"]),
-        "EPOCHS": str(spec["epochs"]),
-        "MAX_LR": str(spec["maxLearningRate"]),
-        "MODEL": str(spec["model"]),
+        "MACHINE_RANK": index,
+        "JOB_COMPLETION_INDEX": index,
+        "WORLD_SIZE": num_nodes * per_node,
         "DATA_DIR": data_dir(spec),
-        "NUM_WORKERS": str(spec["numWorkers"]),
-        "IMAGE_SIZE": str(spec["imageSize"]),
-        "PRETRAINED": "true" if spec.get("pretrained") else "false",
-        # Metric lines must reach the log the moment they are printed.
-        "PYTHONUNBUFFERED": "1",
-    }
-    if spec.get("pretrainedWeights"):
-        values["PRETRAINED_WEIGHTS"] = spec["pretrainedWeights"]
-    if checkpoint_dir(spec) is not None:
-        values["CHECKPOINT_DIR"] = checkpoint_dir(spec)
-    synthetic = (spec.get("data") or {}).get("synthetic")
-    if synthetic is not None:
-        values["SYNTHETIC_CLASSES"] = str(synthetic["classes"])
-        values["SYNTHETIC_IMAGES_PER_CLASS"] = str(synthetic["imagesPerClass"])
-        values["SYNTHETIC_IMAGE_SIZE"] = str(synthetic["imageSize"])
+        "CHECKPOINT_DIR": checkpoint_dir(spec),
+        "PYTHONUNBUFFERED": 1,
+    })
     env = [{"name": key, "value": value} for key, value in values.items()]
     env += [{"name": item["name"], "value": str(item.get("value", ""))} for item in spec.get("env") or []]
     return env
@@ -138,7 +107,7 @@ def _volumes_and_mounts(spec: Mapping[str, Any]) -> tuple[list[dict], list[dict]
 
 
 def pod_body(job: Mapping[str, Any], spec: Mapping[str, Any], index: int, attempt: int,
-             command: Sequence[str] = TRAINER_COMMAND) -> dict[str, Any]:
+             command: Sequence[str] = contract.TRAINER_COMMAND) -> dict[str, Any]:
     name = job["metadata"]["name"]
     namespace = job["metadata"]["namespace"]
     volumes, mounts = _volumes_and_mounts(spec)

@@ -6,11 +6,12 @@ import importlib
 import sys
 
 # subcommand -> (module, help). Modules are imported only when their subcommand runs,
-# so `pets-operator run` never imports the local cluster or torch.
+# so `pets-operator run` never imports the local cluster or torch. `local` and `demo` live in
+# `pets_localkube`, which the operator image does not ship; pets_operator never imports it.
 SUBCOMMANDS = {
     "run": ("pets_operator.main", "run the operator against the cluster in KUBECONFIG / in-cluster config"),
-    "local": ("pets_operator.local.cli", "a local cluster with no Kubernetes: emulated API server + local kubelet"),
-    "demo": ("pets_operator.demo", "the no-cluster demo: local cluster, real operator, sample job, live status"),
+    "local": ("pets_localkube.cli", "a local cluster with no Kubernetes: emulated API server + local kubelet"),
+    "demo": ("pets_localkube.demo", "the no-cluster demo: local cluster, real operator, sample job, live status"),
 }
 
 
@@ -20,7 +21,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=sorted(SUBCOMMANDS), help="; ".join(f"{k}: {v[1]}" for k, v in SUBCOMMANDS.items()))
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         parser.parse_args(argv[:1] or ["--help"])
-    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    module_name = SUBCOMMANDS[argv[0]][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        package = module_name.partition(".")[0]
+        if error.name != package:  # a module the subcommand itself imports: a real bug, keep the traceback
+            raise
+        print(f"error: `pets-operator {argv[0]}` needs the local cluster package {package}, which is not installed "
+              "(the operator image has only `pets-operator run`)", file=sys.stderr)
+        return 2
     return int(module.main(argv[1:]) or 0)
 
 

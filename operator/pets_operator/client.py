@@ -2,7 +2,7 @@
 
     from pets_operator.client import PetsTrainingJobClient
 
-    client = PetsTrainingJobClient()                      # KUBECONFIG, else in-cluster
+    client = PetsTrainingJobClient()                      # in-cluster, else KUBECONFIG / ~/.kube/config
     job = client.submit("pets", num_nodes=2, epochs=3, model="resnet50d",
                         data={"persistentVolumeClaim": {"claimName": "pets-images"}})
     job.wait(timeout=3600, on_epoch=print)                # prints each epoch as it finishes
@@ -23,8 +23,9 @@ from typing import Any, Callable, Iterable
 
 from pets_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from pets_operator.names import pod_name
+from pets_operator.status import FAILED, FINAL_PHASES
 
-FINISHED = ("Succeeded", "Failed")
+FINISHED = FINAL_PHASES
 IN_CLUSTER_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -68,31 +69,33 @@ def _api_error(error: Exception) -> PetsClientError:
 
 
 def _load_api_client() -> Any:
-    """KUBECONFIG / ~/.kube/config when present, else the pod's in-cluster service account."""
-    from kubernetes import client, config
+    """The operator's own loader (`pets_operator.kube.load_api_client`: in-cluster, else the kubeconfig)."""
+    from kubernetes import config
 
-    configuration = client.Configuration()
+    from pets_operator.kube import load_api_client  # needs `kubernetes` only, not kopf
+
     try:
-        config.load_kube_config(config_file=_kubeconfig_path(), client_configuration=configuration)
-    except (config.ConfigException, OSError) as no_kubeconfig:
-        try:
-            config.load_incluster_config(client_configuration=configuration)
-        except config.ConfigException:
-            raise PetsClientError(f"no cluster to talk to: {no_kubeconfig}; set KUBECONFIG, "
-                                  "or run inside a pod with a service account") from None
-    return client.ApiClient(configuration)
+        return load_api_client()
+    except config.ConfigException as error:
+        raise PetsClientError(f"no cluster to talk to: {error}; set KUBECONFIG, "
+                              "or run inside a pod with a service account") from None
 
 
-def _kubeconfig_path() -> str | None:
-    # Read now, not at import: the kubernetes package freezes KUBECONFIG when first imported.
-    return os.environ.get("KUBECONFIG") or None
+def _in_cluster() -> bool:
+    """Whether `_load_api_client` connects through the pod's service account (what it tries first)."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and IN_CLUSTER_NAMESPACE_FILE.is_file()
 
 
 def _default_namespace() -> str:
+    """The namespace of the connection `_load_api_client` makes: the pod's, else the kubeconfig context's."""
     from kubernetes import config
 
+    from pets_operator.kube import kubeconfig_path
+
+    if _in_cluster():
+        return IN_CLUSTER_NAMESPACE_FILE.read_text().strip() or "default"
     try:
-        _, current = config.list_kube_config_contexts(config_file=_kubeconfig_path())
+        _, current = config.list_kube_config_contexts(config_file=kubeconfig_path())
         namespace = (current or {}).get("context", {}).get("namespace")
         if namespace:
             return namespace
@@ -147,7 +150,7 @@ class PetsTrainingJob:
             reported = max(reported, len(epochs))
             phase = status.get("phase")
             if phase in wanted:
-                if raise_on_failure and phase == "Failed":
+                if raise_on_failure and phase == FAILED:
                     raise JobFailed(f"{self.namespace}/{self.name} failed: {status.get('message', 'no message')}")
                 return status
             if time.monotonic() >= deadline:
@@ -167,8 +170,9 @@ class PetsTrainingJob:
 class PetsTrainingJobClient:
     """Submit, find and delete PetsTrainingJobs.
 
-    With no arguments it connects like kubectl (KUBECONFIG or ~/.kube/config, else in-cluster)
-    and uses the current context's namespace. `custom_api` / `core_api` take ready
+    With no arguments it connects as the operator does: inside a pod through its service account
+    (and the pod's namespace), elsewhere like kubectl (KUBECONFIG or ~/.kube/config, and the
+    current context's namespace). `custom_api` / `core_api` take ready
     `CustomObjectsApi` / `CoreV1Api` objects instead (e.g. built on your own ApiClient)."""
 
     def __init__(self, namespace: str | None = None, api_client: Any = None,

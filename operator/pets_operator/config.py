@@ -6,9 +6,10 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping
 
+from .contract import TRAINER_COMMAND
+
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080
-DEFAULT_TRAINER_COMMAND = ("pets-train",)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -27,7 +28,7 @@ class OperatorConfig:
     priority: int | None = None
     liveness_port: int = DEFAULT_LIVENESS_PORT
     # The trainer container's command; only images with another entrypoint (or tests' stand-ins) change it.
-    trainer_command: tuple[str, ...] = DEFAULT_TRAINER_COMMAND
+    trainer_command: tuple[str, ...] = TRAINER_COMMAND
 
     @property
     def cluster_wide(self) -> bool:
@@ -64,7 +65,7 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
 
 def _command(text: str) -> tuple[str, ...]:
     if not text:
-        return DEFAULT_TRAINER_COMMAND
+        return TRAINER_COMMAND
     try:
         command = json.loads(text)
     except json.JSONDecodeError:

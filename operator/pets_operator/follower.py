@@ -12,6 +12,7 @@ import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .metrics import epoch_entries, epoch_status, merge_epochs
+from .status import FINAL_PHASES
 
 RETRY_SECONDS = 0.5
 READ_SIZE = 65536
@@ -102,7 +103,7 @@ class PodLogFollower:
 
     def _container_ended(self) -> bool:
         state = self._pod_state()
-        return state is None or state[0] != self.uid or state[1] in ("Succeeded", "Failed")
+        return state is None or state[0] != self.uid or state[1] in FINAL_PHASES
 
     def _pod_gone(self) -> bool:
         state = self._pod_state()

@@ -1,28 +1,15 @@
 """Pod 0's metric lines -> `status.epochs` (pure).
 
-A log line holds an event when it contains a JSON object with an `"event"` key; a prefix before
-the object (a timestamp, a `[rank0]:` tag) is tolerated and every other line is skipped.
-Epochs are merged by epoch number, so re-reading a log, or a resumed group re-reporting finished
-epochs, never doubles or loses an entry.
+The lines' format and which lines carry an event are `metric_lines`' (the trainer writes them
+with the same module). Epochs are merged by epoch number, so re-reading a log, or a resumed group
+re-reporting finished epochs, never doubles or loses an entry.
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Iterable, Mapping
 
-
-def parse_event(line: str) -> dict[str, Any] | None:
-    start = line.find("{")
-    if start < 0:
-        return None
-    try:
-        value = json.loads(line[start:].strip())
-    except (json.JSONDecodeError, ValueError):
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("event"), str):
-        return None
-    return value
+from .metric_lines import EPOCH, EVENT, parse_lines
 
 
 def _number(value: Any) -> float | None:
@@ -33,7 +20,7 @@ def _number(value: Any) -> float | None:
 
 def epoch_entry(event: Mapping[str, Any]) -> dict[str, Any] | None:
     """The `status.epochs` item of an epoch event; None for other events or a malformed one."""
-    if event.get("event") != "epoch":
+    if event.get(EVENT) != EPOCH:
         return None
     epoch = event.get("epoch")
     accuracy = _number(event.get("accuracy"))
@@ -48,13 +35,8 @@ def epoch_entry(event: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def epoch_entries(lines: Iterable[str]) -> list[dict[str, Any]]:
-    entries = []
-    for line in lines:
-        event = parse_event(line)
-        entry = epoch_entry(event) if event else None
-        if entry:
-            entries.append(entry)
-    return entries
+    """The `status.epochs` items of the well-formed epoch events among `lines`, in order."""
+    return [entry for entry in map(epoch_entry, parse_lines(lines)) if entry is not None]
 
 
 def merge_epochs(known: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -13,13 +13,32 @@ ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "pets-operator"
 
+# The Kubernetes name rules (apimachinery's validation.IsDNS1123Label/IsDNS1123Subdomain/IsDNS1035Label),
+# written once here: the operator's checks and the local cluster's API server both use these.
 DNS1123_LABEL_MAX = 63
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN_MAX = 253
+DNS1035_LABEL_MAX = 63
+_DNS1123_LABEL_FORMAT = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL = re.compile(rf"^{_DNS1123_LABEL_FORMAT}$")
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL_FORMAT}(\.{_DNS1123_LABEL_FORMAT})*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 SERVICE_SUFFIX = "-workers"
 
 
 def is_dns1123_label(text: str) -> bool:
+    """Lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters
+    (names of namespaces, pods' hostnames)."""
     return len(text) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL.match(text))
+
+
+def is_dns1123_subdomain(text: str) -> bool:
+    """DNS-1123 labels joined by '.', at most 253 characters (names of most objects: pods, service accounts)."""
+    return len(text) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.match(text))
+
+
+def is_dns1035_label(text: str) -> bool:
+    """A DNS-1123 label that starts with a letter, at most 63 characters (names of Services)."""
+    return len(text) <= DNS1035_LABEL_MAX and bool(_DNS1035_LABEL.match(text))
 
 
 def service_name(job: str) -> str:
@@ -40,7 +59,7 @@ def master_addr(job: str, namespace: str) -> str:
 
 
 def max_job_name_length(num_nodes: int) -> int:
-    """Longest job name whose pods (`<job>-<last index>`) and Service (`<job>-workers`) are DNS-1123 labels."""
+    """Longest job name whose pods (`<job>-<last index>`) and Service (`<job>-workers`) fit in a 63-character label."""
     longest_suffix = max(len(f"-{num_nodes - 1}"), len(SERVICE_SUFFIX))
     return DNS1123_LABEL_MAX - longest_suffix
 
@@ -50,6 +69,9 @@ def job_name_problems(job: str, num_nodes: int) -> list[str]:
     if not _DNS1123_LABEL.match(job):
         return [f"metadata.name {job!r} must be a DNS-1123 label (lowercase letters, digits and '-', "
                 "starting and ending with a letter or digit): it becomes the pods' hostnames"]
+    if not _DNS1035_LABEL.match(job):
+        return [f"metadata.name {job!r} must start with a letter: it begins the Service name "
+                f"{service_name(job)!r}, and a Service name must be a DNS-1035 label"]
     limit = max_job_name_length(num_nodes)
     if len(job) > limit:
         return [f"metadata.name {job!r} is {len(job)} characters; at most {limit} fit so that "

@@ -1,4 +1,10 @@
-"""Kubernetes resource quantities (`500m`, `2Gi`, `1e3`) parsed to exact decimals."""
+"""Kubernetes resource quantities (`500m`, `2Gi`, `1e3`) parsed to exact decimals.
+
+The one parser: the operator's spec validation and the local cluster's scheduler both use it.
+It follows apimachinery's grammar (resource.Quantity); `kubernetes.utils.parse_quantity` is not
+used because it accepts what a cluster refuses (`1 Gi`, `1K`, `1_000`, `1e3k`, `NaN`, `True`),
+so the grammar check here would still be needed and only the suffix table would be saved.
+"""
 from __future__ import annotations
 
 import re

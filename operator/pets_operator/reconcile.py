@@ -7,6 +7,9 @@ never makes a duplicate pod or a second group.
 Group attempts: `status.restarts` is the attempt number the pods must carry in their
 `training.pets.dev/attempt` label. A pod of another attempt is stale: it is deleted and the
 current group is only created once all stale pods are gone (pod names are stable).
+
+Conditions: Created and Restarting, and Running, Succeeded and Failed, which are named after (and
+written with) the phase they report.
 """
 from __future__ import annotations
 
@@ -71,7 +74,7 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
     if problems:
         message = "invalid spec: " + "; ".join(problems)
         step.finish(FAILED, message)
-        step.condition("Failed", True, "InvalidSpec", message)
+        step.condition(FAILED, True, "InvalidSpec", message)
         return Plan(step.status, events=[Event("Warning", "InvalidSpec", message)], finished=True)
 
     step.status.setdefault("startTime", timestamp(now))
@@ -87,8 +90,8 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
         if now >= due:
             message = f"the job ran longer than activeDeadlineSeconds ({deadline}s); workers stopped"
             step.finish(FAILED, message)
-            step.condition("Failed", True, "DeadlineExceeded", message)
-            step.clear("Running", "DeadlineExceeded", message)
+            step.condition(FAILED, True, "DeadlineExceeded", message)
+            step.clear(RUNNING, "DeadlineExceeded", message)
             return Plan(step.status, delete_pods=_alive(pods), events=[Event("Warning", "DeadlineExceeded", message)])
         wake_at = due
     else:
@@ -121,8 +124,8 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
             return Plan(step.status, wake_at=wake_at)
         message = f"all {num_nodes} worker(s) succeeded"
         step.finish(SUCCEEDED, message)
-        step.condition("Succeeded", True, "AllWorkersSucceeded", message)
-        step.clear("Running", "Completed", message)
+        step.condition(SUCCEEDED, True, "AllWorkersSucceeded", message)
+        step.clear(RUNNING, "Completed", message)
         step.clear("Restarting", "Completed", message)
         due = _ttl_due(step, spec)
         return Plan(step.status, events=[Event("Normal", "Succeeded", message)], finished=due is None, wake_at=due)
@@ -130,7 +133,7 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
     if active == num_nodes:
         message = f"{num_nodes} of {num_nodes} worker(s) running"
         step.status.update(phase=RUNNING, message=message)
-        step.condition("Running", True, "AllWorkersRunning", message)
+        step.condition(RUNNING, True, "AllWorkersRunning", message)
         step.clear("Restarting", "GroupRunning", f"attempt {attempt} is running")
     else:
         waiting = [p for p in group if p.phase == PENDING and p.reason]
@@ -152,13 +155,13 @@ def _worker_failed(step: _Step, spec: Mapping[str, Any], pod: PodView, pods: lis
         message = f"{failure}; restarting the whole group (restart {attempt + 1} of {limit})"
         step.status.update(restarts=attempt + 1, phase=PENDING, message=message)
         step.condition("Restarting", True, "WorkerFailed", message)
-        step.clear("Running", "Restarting", message)
+        step.clear(RUNNING, "Restarting", message)
         return Plan(step.status, delete_pods=[p.name for p in pods if not p.deleting],
                     events=[Event("Warning", "Restarting", message)], wake_at=wake_at)
     message = f"{failure}; backoffLimit ({limit}) reached"
     step.finish(FAILED, message)
-    step.condition("Failed", True, "BackoffLimitExceeded", message)
-    step.clear("Running", "Failed", message)
+    step.condition(FAILED, True, "BackoffLimitExceeded", message)
+    step.clear(RUNNING, "Failed", message)
     step.clear("Restarting", "Failed", message)
     # The others would wait in the rendezvous forever: stop them; the failed pods stay for their logs.
     return Plan(step.status, delete_pods=_alive(pods), events=[Event("Warning", "Failed", message)],

@@ -8,33 +8,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-from . import builders
+from . import builders, contract
 from .config import OperatorConfig
 from .follower import EpochBook, PodLogFollower
 from .kube import Kube
 from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, reconcile
 from .spec import with_defaults
-from .status import RUNNING, PodView
+from .status import FINAL_PHASES, PENDING, RUNNING, PodView
 from .validation import spec_problems
 
 IDLE_RECHECK_SECONDS = 1.0  # reconcile at least this often even without pod events
-SETTLE_SECONDS = 0.02  # let the index store the event that woke us
+SETTLE_SECONDS = 0.02  # let the other pods' events of the same moment in before the next step
 
 log = logging.getLogger(__name__)
-
-# Blocking API calls of every job; log followers have their own threads.
-API_EXECUTOR = ThreadPoolExecutor(max_workers=32, thread_name_prefix="kube")
 
 
 class JobRunner:
     def __init__(self, kube: Kube, job: dict[str, Any], config: OperatorConfig,
                  pods: Callable[[], Iterable[PodView]], post_event: Callable[[Event], None],
-                 wakeup: asyncio.Event, logger: logging.Logger | logging.LoggerAdapter = log):
+                 wakeup: asyncio.Event, logger: logging.Logger | logging.LoggerAdapter = log,
+                 executor: Executor | None = None):
+        """`executor` runs the blocking API calls (the operator's pool, made at startup); None: the loop's default."""
         self.kube = kube
+        self.executor = executor
         self.job = job
         self.name = job["metadata"]["name"]
         self.namespace = job["metadata"]["namespace"]
@@ -51,7 +51,7 @@ class JobRunner:
         self.book = EpochBook(self.status.get("epochs") or [], self._publish_epochs)
 
     async def call(self, function, *args):
-        return await self._loop.run_in_executor(API_EXECUTOR, function, *args)
+        return await self._loop.run_in_executor(self.executor, function, *args)
 
     def _publish_epochs(self, fields: dict[str, Any]) -> None:  # runs in a follower thread
         self.kube.patch_job_status(self.namespace, self.name, fields)
@@ -71,7 +71,7 @@ class JobRunner:
     def step(self) -> Plan:
         pods = list(self._pods())
         self._follow_pod0(pods)
-        problems = spec_problems(self.name, self.spec, builders.MANAGED_ENV)
+        problems = spec_problems(self.name, self.spec, contract.RESERVED_ENV)
         return reconcile(self.name, self.spec, self.status, self.job["metadata"].get("generation"), pods,
                          datetime.now(timezone.utc), problems, logs_drained=self._pod0_drained(pods))
 
@@ -122,7 +122,7 @@ class JobRunner:
     def _follow_pod0(self, pods: list[PodView]) -> None:
         pod0 = self._pod0(pods)
         # The log exists once the container has started; until then the API answers 400.
-        if pod0 is None or pod0.uid in self._followers or pod0.phase not in (RUNNING, "Succeeded", "Failed"):
+        if pod0 is None or pod0.uid in self._followers or pod0.phase not in (RUNNING, *FINAL_PHASES):
             return
         self._followers[pod0.uid] = PodLogFollower(
             pod0.uid,
@@ -137,7 +137,7 @@ class JobRunner:
         body = self.kube.read_pod(self.namespace, pod)
         if body is None:
             return None
-        return body["metadata"].get("uid", ""), (body.get("status") or {}).get("phase", "Pending")
+        return body["metadata"].get("uid", ""), (body.get("status") or {}).get("phase", PENDING)
 
     def _pod0_drained(self, pods: list[PodView]) -> bool:
         pod0 = self._pod0(pods)

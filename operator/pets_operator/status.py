@@ -8,8 +8,7 @@ from typing import Any, Iterable, Mapping
 from . import names
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-FINAL_PHASES = (SUCCEEDED, FAILED)
-CONDITION_TYPES = ("Created", "Running", "Succeeded", "Failed", "Restarting")
+FINAL_PHASES = (SUCCEEDED, FAILED)  # a job, and a pod, in one of these never changes phase again
 
 
 def timestamp(moment: datetime) -> str:
@@ -114,7 +113,3 @@ def set_condition(conditions: list[Mapping[str, Any]] | None, type_: str, status
         result.append({"type": type_, "status": wanted, "reason": reason, "message": message,
                        "lastTransitionTime": timestamp(now)})
     return result
-
-
-def condition_status(conditions: list[Mapping[str, Any]] | None, type_: str) -> str | None:
-    return next((c.get("status") for c in conditions or [] if c.get("type") == type_), None)

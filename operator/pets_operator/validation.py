@@ -9,14 +9,13 @@ import posixpath
 import re
 from typing import Any, Iterator, Mapping
 
-from .names import job_name_problems
+from .names import is_dns1123_subdomain, job_name_problems
 from .quantities import parse_quantity
 from .spec import DATA_MOUNT_PATH
 
 MAX_WORLD_SIZE = 1024  # numNodes x processesPerNode: beyond this a single rendezvous is not sensible
 DATA_SOURCES = ("persistentVolumeClaim", "hostPath", "synthetic")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 def spec_problems(name: str, spec: Mapping[str, Any], reserved_env: frozenset[str]) -> list[str]:
@@ -116,7 +115,7 @@ def _env_problems(env: list[Mapping[str, Any]], reserved: frozenset[str]) -> Ite
 
 
 def _service_account_problems(name: str | None) -> Iterator[str]:
-    if name is not None and (len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name)):
+    if name is not None and not is_dns1123_subdomain(name):
         yield f"serviceAccountName {name!r} must be a DNS-1123 subdomain"
 
 

@@ -10,7 +10,7 @@ import psutil
 import pytest
 import yaml
 
-from pets_operator import demo
+from pets_localkube import demo
 
 
 def test_overrides_set_typed_values_under_spec():
@@ -23,6 +23,24 @@ def test_overrides_set_typed_values_under_spec():
 def test_an_override_without_a_value_is_refused():
     with pytest.raises(SystemExit, match="PATH=VALUE"):
         demo.apply_overrides({"spec": {}}, ["epochs"])
+
+
+def test_the_defaults_are_the_packaged_sample_job_and_crd():
+    """From the package (importlib.resources), so an installed wheel finds them too; --job/--crd override."""
+    from pets_operator import packaged
+
+    args = demo.parse_args([])
+    assert args.job is None and args.crd is None
+    job = demo.load_single(demo.job_text(None), "the sample job")
+    assert job["kind"] == "PetsTrainingJob" and job["metadata"]["name"] == "pets-demo"
+    assert demo.job_text(None) == packaged.sample_job_text()
+
+
+def test_missing_job_or_crd_files_are_clear_errors(tmp_path):
+    with pytest.raises(SystemExit, match="cannot read .*nope.yaml"):
+        demo.main(["--job", str(tmp_path / "nope.yaml"), "--workdir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="CRD manifest .*nope.yaml does not exist"):
+        demo.main(["--crd", str(tmp_path / "nope.yaml"), "--workdir", str(tmp_path)])
 
 
 def test_printer_shows_each_epoch_once_and_a_row_per_change():

@@ -133,6 +133,7 @@ def test_camel_case_leaves_camel_case_alone():
 
 def test_against_the_local_api_server(local_cluster, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(local_cluster.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # a pod's service account would come first
     from kubernetes import client as kube
 
     client = PetsTrainingJobClient()  # connects through KUBECONFIG like a notebook would
@@ -163,3 +164,59 @@ def test_against_the_local_api_server(local_cluster, monkeypatch):
     with pytest.raises(PetsClientError) as gone:
         job.get()
     assert gone.value.status == 404
+
+
+def _kubeconfig(path, server: str, namespace: str = "team") -> str:
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u", "namespace": namespace}}]}))
+    return str(path)
+
+
+def _service_account(tmp_path, monkeypatch) -> None:
+    """A pod's service account: the env variables and the files kubernetes' in-cluster loader reads."""
+    from kubernetes.config import incluster_config
+
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("pod-token")
+    (account / "ca.crt").write_text("not read until a request is made")
+    (account / "namespace").write_text("pod-ns\n")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(account / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
+    monkeypatch.setattr(pets_client, "IN_CLUSTER_NAMESPACE_FILE", account / "namespace")
+
+
+def test_one_loader_outside_a_pod_reads_kubeconfig_at_call_time(tmp_path, monkeypatch):
+    from pets_operator.kube import CONNECTION_POOL_SIZE, load_api_client
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path / "config", "https://from-kubeconfig:6443"))
+    api = load_api_client()
+    assert api.configuration.host == "https://from-kubeconfig:6443"
+    assert api.configuration.connection_pool_maxsize == CONNECTION_POOL_SIZE
+    client = PetsTrainingJobClient()
+    assert client.custom.api_client.configuration.host == "https://from-kubeconfig:6443"
+    assert client.namespace == "team"
+
+
+def test_one_loader_in_a_pod_prefers_the_service_account_as_kopf_does(tmp_path, monkeypatch):
+    from pets_operator.kube import load_api_client
+
+    monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path / "config", "https://from-kubeconfig:6443"))
+    _service_account(tmp_path, monkeypatch)
+    assert load_api_client().configuration.host == "https://10.0.0.1:443"
+    client = PetsTrainingJobClient()
+    assert client.custom.api_client.configuration.host == "https://10.0.0.1:443"
+    assert client.namespace == "pod-ns", "the namespace of the connection it made"
+
+
+def test_no_cluster_at_all_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(PetsClientError, match="no cluster to talk to"):
+        PetsTrainingJobClient()

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
-
-from tests.support import chart
+import chart  # hack/chart.py
 
 OPERATOR_DOCKERFILE = chart.REPO_ROOT / "Dockerfile"
 TRAINER_DOCKERFILE = chart.REPO_ROOT / "trainer_image" / "Dockerfile"
+PACKAGE_MANIFESTS = chart.REPO_ROOT / "operator" / "pets_operator" / "manifests"
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -45,6 +48,37 @@ def final_stage(steps: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return steps[last_from:]
 
 
+def copied_sources(steps: list[tuple[str, str]]) -> list[str]:
+    """The build-context paths the COPY steps take (not what they copy from another stage)."""
+    sources = []
+    for keyword, rest in steps:
+        words = rest.split()
+        if keyword == "COPY" and not any(word.startswith("--from=") for word in words):
+            sources += [word for word in words if not word.startswith("--")][:-1]
+    return sources
+
+
+def package_link_targets() -> set[str]:
+    """What operator/pets_operator/manifests/ links to: the build context must hold these files
+    for the wheel to carry them (a COPY of the package copies the links, not their targets)."""
+    links = [path for path in PACKAGE_MANIFESTS.iterdir() if path.is_symlink()]
+    return {path.resolve().relative_to(chart.REPO_ROOT).as_posix() for path in links}
+
+
+def assert_ships_the_operator_package_not_the_local_cluster(path: Path) -> list[str]:
+    sources = copied_sources(instructions(path))
+    assert "operator/pets_operator/" in sources, f"{path.name}: does not copy the pets_operator package"
+    wholesale = [s for s in sources if s.rstrip("/") in (".", "operator") or "pets_localkube" in s]
+    assert not wholesale, f"{path.name}: copies the local cluster (operator/pets_localkube/) with {wholesale}"
+    missing = package_link_targets() - set(sources)
+    assert not missing, f"{path.name}: pets_operator/manifests/ links to {sorted(missing)}, which it does not copy"
+    return sources
+
+
+def test_the_package_manifests_are_links_to_the_repository_manifests():
+    assert package_link_targets() == {"manifests/crd.yaml", "manifests/job.yaml"}
+
+
 def assert_pinned_bases_and_non_root(path: Path) -> list[tuple[str, str]]:
     steps = instructions(path)
     for image in base_images(steps):
@@ -68,6 +102,36 @@ def test_operator_image_is_slim_pinned_non_root_and_without_torch():
     assert json.loads(cmd) == ["pets-operator", "run"]
 
 
+def test_operator_image_ships_only_the_operator_package():
+    sources = assert_ships_the_operator_package_not_the_local_cluster(OPERATOR_DOCKERFILE)
+    assert sorted(sources) == sorted(["pyproject.toml", "README.m[d]", "operator/pets_operator/", *package_link_targets()])
+
+
+def test_the_operator_package_runs_without_the_local_cluster():
+    """As in the operator image: every pets_operator module imports with pets_localkube absent,
+    and `pets-operator demo` says in one line that it needs it."""
+    script = textwrap.dedent("""
+        import importlib, pkgutil, sys
+
+        class NotInstalled:  # pets_localkube, as an import finds it in the operator image
+            def find_spec(self, name, path=None, target=None):
+                if name.partition(".")[0] == "pets_localkube":
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+        sys.meta_path.insert(0, NotInstalled())
+        import pets_operator
+        for module in pkgutil.iter_modules(pets_operator.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"pets_operator.{module.name}")
+        from pets_operator.cli import main
+        sys.exit(main(["demo"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: `pets-operator demo` needs the local cluster package pets_localkube")
+
+
 def test_operator_image_user_is_the_uid_the_chart_runs_as(k8s_tools):
     steps = instructions(OPERATOR_DOCKERFILE)
     user = [rest for keyword, rest in final_stage(steps) if keyword == "USER"][-1]
@@ -80,6 +144,11 @@ def test_trainer_image_is_pinned_and_non_root():
     steps = assert_pinned_bases_and_non_root(TRAINER_DOCKERFILE)
     (cmd,) = [rest for keyword, rest in final_stage(steps) if keyword == "CMD"]
     assert json.loads(cmd) == ["pets-train"]
+
+
+def test_trainer_image_ships_the_contract_package_but_not_the_local_cluster():
+    sources = assert_ships_the_operator_package_not_the_local_cluster(TRAINER_DOCKERFILE)
+    assert "trainer_image/" in sources or "trainer_image/pets_trainer/" in sources
 
 
 def test_trainer_image_user_is_the_uid_the_operator_runs_pods_as():

@@ -15,7 +15,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from pets_operator import GROUP, PLURAL, VERSION
-from pets_operator.local import LocalCluster
+from pets_localkube import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).with_name("stand_in.py")

@@ -8,7 +8,7 @@ import time
 
 from kubernetes import client, config
 
-from pets_operator.local import cli
+from pets_localkube import cli
 
 
 def test_local_up_prints_a_kubeconfig_that_the_client_can_use(tmp_path):

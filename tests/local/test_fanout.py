@@ -7,8 +7,8 @@ import threading
 import pytest
 from kubernetes import client, watch
 
-from pets_operator.local import store
-from pets_operator.local.collector import needs_sweep
+from pets_localkube import store
+from pets_localkube.collector import needs_sweep
 
 from .helpers import api_client, wait_for
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from kubernetes import client
 
-from pets_operator.local import LocalCluster
+from pets_localkube import LocalCluster
 
 from .helpers import api_client, gone, pod_phase, python_pod, wait_for
 

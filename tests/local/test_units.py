@@ -1,13 +1,14 @@
 """The pure parts of the local cluster: selectors, patches, schema checks, quantities, history."""
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import yaml
 
-from pets_operator.local import environment, patch, schema, scheduler, selectors, store, tables
-from pets_operator.local.errors import ApiError
+from pets_localkube import environment, patch, schema, scheduler, selectors, store, tables
+from pets_localkube.errors import ApiError
 
 CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "crd.yaml").read_text())
 JOB_SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
@@ -83,14 +84,17 @@ def test_history_too_old_is_reported():
     assert [c.obj["metadata"]["name"] for c in history.changes_since(key, 3)] == ["c2", "c3"]
 
 
-def test_quantities():
-    assert scheduler.parse_quantity("500m") == 0.5 and scheduler.parse_quantity(2) == 2
-    assert scheduler.parse_quantity("1Gi") == 2**30 and scheduler.parse_quantity("1.5") == 1.5
-    with pytest.raises(ValueError):
-        scheduler.parse_quantity("lots")
+def test_pod_requests_are_exact_sums_of_kubernetes_quantities():
     pod = {"spec": {"containers": [{"resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "1", "memory": "1Gi"}}},
                                    {"resources": {"requests": {"cpu": "250m"}}}]}}
-    assert scheduler.pod_requests(pod) == {"cpu": 0.5, "memory": 2**30}
+    assert scheduler.pod_requests(pod) == {"cpu": Decimal("0.5"), "memory": 2**30}
+    with pytest.raises(ValueError, match="'lots' is not a quantity"):
+        scheduler.pod_requests({"spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}})
+    # Ten 100m containers fill one CPU exactly (in floats they would not sum to 1).
+    node = {"metadata": {"labels": {}}}
+    tenths = {"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}] * 10}}
+    assert scheduler.unschedulable_reason(tenths, node, {"cpu": Decimal(1)}) is None
+    assert scheduler.unschedulable_reason(tenths, node, {"cpu": Decimal("0.999")}) == "0/1 nodes are available: 1 Insufficient cpu."
 
 
 def test_cluster_dns_names_and_mount_paths():
@@ -108,3 +112,26 @@ def test_json_path_and_ages():
     assert tables.json_path({}, ".status.phase") is None
     assert tables.wants_table("application/json;as=Table;v=v1;g=meta.k8s.io,application/json")
     assert not tables.wants_table("application/json")
+
+
+def test_object_names_follow_the_kubernetes_rules():
+    from pets_localkube.resources import Registry
+    from pets_localkube.storage import Storage
+
+    storage = Storage(store.Store(), Registry())
+    kinds = {plural: storage.registry.find("", "v1", plural) for plural in ("services", "namespaces", "configmaps")}
+
+    def refusal(plural: str, name: str) -> str | None:
+        try:
+            storage.create(kinds[plural], "default" if plural != "namespaces" else None, {"metadata": {"name": name}})
+        except ApiError as error:
+            assert error.code == 422
+            return error.message
+        return None
+
+    assert refusal("services", "web-1") is None and refusal("namespaces", "1team") is None
+    assert refusal("configmaps", "app.config") is None
+    assert "a DNS-1035 label" in refusal("services", "1web")  # Services: must start with a letter
+    assert "RFC 1123 label" in refusal("namespaces", "a.b")
+    assert "RFC 1123 subdomain" in refusal("configmaps", "App")
+    assert "at most 253 characters" in refusal("configmaps", "a" * 254)

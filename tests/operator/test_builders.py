@@ -1,7 +1,7 @@
 import kubernetes_validate
 import pytest
 
-from pets_operator import builders, names
+from pets_operator import builders, contract, names
 from pets_operator.spec import with_defaults
 
 
@@ -27,7 +27,7 @@ def test_rendezvous_environment_per_index(job, spec, index):
 def test_every_managed_variable_is_reserved(job, spec):
     spec = with_defaults({**spec, "pretrained": True, "pretrainedWeights": "/w/r.safetensors", "checkpoint": {}},
                          "img")
-    assert set(env_of(builders.pod_body(job, spec, 0, 0))) <= builders.MANAGED_ENV
+    assert set(env_of(builders.pod_body(job, spec, 0, 0))) <= contract.RESERVED_ENV
 
 
 def test_pod_identity_labels_and_owner(job, spec):

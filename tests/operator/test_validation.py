@@ -1,13 +1,13 @@
 import pytest
 
-from pets_operator.builders import MANAGED_ENV
+from pets_operator.contract import RESERVED_ENV
 from pets_operator.spec import with_defaults
 from pets_operator.validation import spec_problems
 
 
 def problems(name="pets", **spec):
     spec.setdefault("data", {"synthetic": {}})
-    return spec_problems(name, with_defaults(spec, "img"), MANAGED_ENV)
+    return spec_problems(name, with_defaults(spec, "img"), RESERVED_ENV)
 
 
 def test_a_plain_job_is_valid():

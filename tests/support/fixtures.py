@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import k8s_tools as tools_module
+import k8s_tools as tools_module  # hack/k8s_tools.py (hack/ is on sys.path: tests/conftest.py)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 
 import kubernetes_validate
 
-from pets_operator.local.schema import CustomResourceSchema
+from pets_localkube.schema import CustomResourceSchema
 
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
 KUBE_VERSIONS = ("1.25", kubernetes_validate.utils.latest_version())

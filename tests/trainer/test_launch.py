@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from pets_operator.builders import pod_env
+from pets_operator.spec import with_defaults
 from pets_trainer.config import TrainConfig
 from pets_trainer.errors import ConfigError
 from pets_trainer.launch import (
@@ -20,25 +22,15 @@ from pets_trainer.launch import (
 )
 from pets_trainer.synthetic import generate_synthetic_pets
 
+# What the operator writes into pod 2 of a 3-node job (the env contract, through its own builder).
+JOB_SPEC = {
+    "numNodes": 3, "processesPerNode": 2, "masterPort": 29555, "mixedPrecision": "bf16", "seed": 9, "batchSize": 16,
+    "epochs": 7, "maxLearningRate": 0.01, "model": "resnet18d", "numWorkers": 2, "imageSize": 128,
+    "pretrained": True, "pretrainedWeights": "/weights/resnet18d.safetensors",
+    "data": {"persistentVolumeClaim": {"claimName": "pets"}, "path": "images"}, "checkpoint": {},
+}
 POD_ENV = {
-    "MASTER_ADDR": "job-0.job-workers.default.svc",
-    "MASTER_PORT": "29555",
-    "NUM_MACHINES": "3",
-    "MACHINE_RANK": "2",
-    "NPROC_PER_NODE": "2",
-    "WORLD_SIZE": "6",
-    "MIXED_PRECISION": "bf16",
-    "SEED": "9",
-    "BATCH_SIZE": "16",
-    "EPOCHS": "7",
-    "MAX_LR": "0.01",
-    "MODEL": "resnet18d",
-    "DATA_DIR": "/data/images",
-    "NUM_WORKERS": "2",
-    "IMAGE_SIZE": "128",
-    "PRETRAINED": "true",
-    "PRETRAINED_WEIGHTS": "/weights/resnet18d.safetensors",
-    "CHECKPOINT_DIR": "/checkpoints",
+    **{item["name"]: item["value"] for item in pod_env("job", "default", 2, with_defaults(JOB_SPEC, "img"))},
     "OMP_NUM_THREADS": "3",
 }
 

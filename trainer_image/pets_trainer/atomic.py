@@ -1,4 +1,7 @@
-"""Write a file so that readers see either nothing or the whole of it, even with several writers."""
+"""Write a file so that readers see either nothing or the whole of it, even with several writers.
+
+The trainer's one way to do so: synthetic images, image cache entries and checkpoint markers.
+"""
 from __future__ import annotations
 
 import os

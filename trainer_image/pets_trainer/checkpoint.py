@@ -7,13 +7,12 @@ written last and atomically by the main process, `finished.json` with the metric
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from .atomic import write_atomically
 from .errors import ConfigError
 from .metrics import EpochResult
 
@@ -36,13 +35,6 @@ def finished_epochs(checkpoint_dir: Path) -> list[int]:
     return sorted(epochs)
 
 
-def _write_json_atomically(value, target: Path) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    with os.fdopen(handle, "w") as stream:
-        json.dump(value, stream)
-    os.replace(temporary, target)
-
-
 def save_checkpoint(
     accelerator, checkpoint_dir: Path, epoch: int, history: list[EpochResult], fingerprint: dict
 ) -> None:
@@ -55,7 +47,8 @@ def save_checkpoint(
     accelerator.save_state(str(target))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        _write_json_atomically({"epoch": epoch, "fingerprint": fingerprint, "history": [vars(result) for result in history]}, target / FINISHED_MARKER)
+        finished = {"epoch": epoch, "fingerprint": fingerprint, "history": [vars(result) for result in history]}
+        write_atomically(target / FINISHED_MARKER, lambda stream: stream.write(json.dumps(finished).encode()))
         for old in finished_epochs(checkpoint_dir)[:-KEEP_LAST]:
             shutil.rmtree(epoch_dir(checkpoint_dir, old), ignore_errors=True)
     accelerator.wait_for_everyone()

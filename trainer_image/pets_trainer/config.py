@@ -1,14 +1,19 @@
-"""The training parameters: the tutorial's hard-coded values as defaults, plus the speed switches."""
+"""The training parameters: the tutorial's values, plus the speed switches.
+
+The defaults of the parameters a PetsTrainingJob's spec sets (model, seed, batch size, ...) are
+the CRD's, read through the pod contract (`pets_operator.contract`); the others are set here.
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass
 
+from pets_operator.contract import MIXED_PRECISION_CHOICES, PIN_MEMORY_CHOICES, option_defaults
+
 from .errors import ConfigError
 
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
-PIN_MEMORY_CHOICES = ("auto", "true", "false")
+_CRD = option_defaults()
 
 
 @dataclass(frozen=True)
@@ -16,20 +21,20 @@ class TrainConfig:
     """Everything `training_loop` needs. Defaults are the tutorial's values unless noted."""
 
     data_dir: str | None = None
-    model: str = "resnet50d"
-    # The tutorial uses pretrained=True from the hub; here weights come only from a local file.
-    pretrained: bool = False
+    model: str = _CRD["model"]
+    # Weights come only from a local file (pretrained_weights).
+    pretrained: bool = _CRD["pretrained"]
     pretrained_weights: str | None = None
-    # The tutorial passes "fp16"; "no" is the CRD's default and the only choice a CPU has.
-    mixed_precision: str = "no"
-    seed: int = 42
-    batch_size: int = 64
+    # The tutorial passes "fp16"; the CRD's "no" is the only choice a CPU has.
+    mixed_precision: str = _CRD["mixed_precision"]
+    seed: int = _CRD["seed"]
+    batch_size: int = _CRD["batch_size"]
     eval_batch_size: int | None = None  # None: twice batch_size, as in the tutorial
-    epochs: int = 5
-    max_lr: float = 3e-2
+    epochs: int = _CRD["epochs"]
+    max_lr: float = _CRD["max_lr"]
     lr_div_factor: float = 25.0  # Adam starts at max_lr / 25
-    num_workers: int = 4
-    image_size: int = 224
+    num_workers: int = _CRD["num_workers"]
+    image_size: int = _CRD["image_size"]
     crop_scale: tuple[float, float] = (0.5, 1.0)
     train_fraction: float = 0.8
     checkpoint_dir: str | None = None

@@ -36,10 +36,8 @@ class ImageCache:
         entry = self.entry_path(source, steps)
         try:
             return Image.fromarray(np.load(entry, allow_pickle=False))
-        except FileNotFoundError:
-            pass
         except (OSError, ValueError):
-            pass  # damaged (a disk error, a foreign file): produce it again and replace it
+            pass  # not there yet, or damaged (a disk error, a foreign file): produce it and store it
         image = produce(source)
         self._store(entry, image)
         return image

@@ -1,59 +1,34 @@
 """`pets-train`: read the pod's environment and flags, prepare the data, then `accelerate launch`.
 
-Flags override environment variables, which override the defaults (the tutorial's values).
+Flags override environment variables, which override the defaults: the CRD's for the options a
+PetsTrainingJob's spec sets, `TrainConfig`'s for the rest. The names of both come from the pod
+contract (`pets_operator.contract`), the same table the operator writes the pod's env from.
 With no rendezvous environment (NUM_MACHINES unset or 1) it runs on this machine only.
 This module imports no torch, so bad configuration or data is reported in well under a second.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
-from .config import MIXED_PRECISION_CHOICES, PIN_MEMORY_CHOICES, TrainConfig
+from pets_operator import contract
+
+from .config import TrainConfig
 from .cpus import available_cpus
 from .errors import ConfigError, TrainerError
 from .image_index import scan_images
 from .synthetic import generate_synthetic_pets
 
 WORKER_MODULE = "pets_trainer.worker"
-DEFAULT_MASTER_PORT = 29500
-SYNTHETIC_DEFAULTS = {"synthetic_classes": 4, "synthetic_images_per_class": 20, "synthetic_image_size": 64}
-
-
-def parse_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError("must be true or false")
-
-
-def parse_int(text: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError("must be an integer") from None
-
-
-def parse_float(text: str) -> float:
-    try:
-        return float(text.strip())
-    except ValueError:
-        raise ValueError("must be a number") from None
-
-
-def choice(*allowed: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return text
-
-    return parse
+# Defaults of the options a PetsTrainingJob's spec sets: the CRD's (one source for both).
+SPEC_DEFAULTS = contract.option_defaults()
+SYNTHETIC_OPTIONS = ("synthetic_classes", "synthetic_images_per_class", "synthetic_image_size")
+TRAIN_CONFIG_FIELDS = frozenset(field.name for field in fields(TrainConfig))
 
 
 @dataclass(frozen=True)
@@ -65,45 +40,25 @@ class Option:
     help: str
 
 
-TRAIN_OPTIONS = (
-    Option("data_dir", "--data-dir", ("DATA_DIR",), str, "directory of <breed>_<n>.jpg images"),
-    Option("model", "--model", ("MODEL",), str, "timm model name (resnet50d)"),
-    Option("pretrained", "--pretrained", ("PRETRAINED",), parse_bool, "load pretrained weights from --pretrained-weights (false)"),
-    Option("pretrained_weights", "--pretrained-weights", ("PRETRAINED_WEIGHTS",), str, "local weights file (safetensors or torch)"),
-    Option("mixed_precision", "--mixed-precision", ("MIXED_PRECISION",), choice(*MIXED_PRECISION_CHOICES), "no | fp16 | bf16; falls back to no where the device lacks it (no)"),
-    Option("seed", "--seed", ("SEED",), parse_int, "seed of the split, the model init and the synthetic data (42)"),
-    Option("batch_size", "--batch-size", ("BATCH_SIZE",), parse_int, "per-process training batch size (64)"),
-    Option("eval_batch_size", "--eval-batch-size", ("EVAL_BATCH_SIZE",), parse_int, "per-process eval batch size (2 x batch size)"),
-    Option("epochs", "--epochs", ("EPOCHS",), parse_int, "epochs (5)"),
-    Option("max_lr", "--max-lr", ("MAX_LR",), parse_float, "OneCycleLR max learning rate (0.03)"),
-    Option("num_workers", "--num-workers", ("NUM_WORKERS",), parse_int, "data loader workers per process (4)"),
-    Option("image_size", "--image-size", ("IMAGE_SIZE",), parse_int, "side of the square model input (224)"),
-    Option("checkpoint_dir", "--checkpoint-dir", ("CHECKPOINT_DIR",), str, "save state after each epoch here and resume from it"),
-    Option("verify_images", "--verify-images", ("VERIFY_IMAGES",), parse_bool, "decode every image once up front and skip unreadable ones (true)"),
-    Option("cpu", "--cpu", ("FORCE_CPU",), parse_bool, "train on the CPU even if a GPU is present (false)"),
-    Option("draft_decode", "--draft-decode", ("DRAFT_DECODE",), parse_bool, "speed: decode JPEGs at the needed size (true)"),
-    Option("image_cache", "--image-cache", ("IMAGE_CACHE",), parse_bool, "speed: decode each image once per run, not once per epoch (true)"),
-    Option("image_cache_dir", "--image-cache-dir", ("IMAGE_CACHE_DIR",), str, "keep the decoded images here (kept after the run); default: a temporary directory"),
-    Option("persistent_workers", "--persistent-workers", ("PERSISTENT_WORKERS",), parse_bool, "speed: keep loader workers between epochs (true)"),
-    Option("prefetch_factor", "--prefetch-factor", ("PREFETCH_FACTOR",), parse_int, "speed: batches prefetched per loader worker (2)"),
-    Option("channels_last", "--channels-last", ("CHANNELS_LAST",), parse_bool, "speed: channels_last memory format (true)"),
-    Option("keep_freed_memory", "--keep-freed-memory", ("KEEP_FREED_MEMORY",), parse_bool, "speed: malloc keeps freed memory for the next batch instead of unmapping it (true)"),
-    Option("frozen_encoder_no_grad", "--frozen-encoder-no-grad", ("FROZEN_ENCODER_NO_GRAD",), parse_bool, "speed: run the frozen encoder under no_grad (true)"),
-    Option("pin_memory", "--pin-memory", ("PIN_MEMORY",), choice(*PIN_MEMORY_CHOICES), "speed: pinned loader memory; auto = on GPU only (auto)"),
-)
+def _default_text(entry: contract.Entry) -> str:
+    if entry.option in SPEC_DEFAULTS:
+        return f" ({contract.render(SPEC_DEFAULTS[entry.option])})"
+    field = next((f for f in fields(TrainConfig) if f.name == entry.option), None)
+    if field is not None and field.default not in (None, dataclasses.MISSING):
+        return f" ({contract.render(field.default)})"
+    return ""
 
-LAUNCH_OPTIONS = (
-    Option("num_machines", "--num-machines", ("NUM_MACHINES",), parse_int, "nodes (pods) in the group (1)"),
-    Option("machine_rank", "--machine-rank", ("MACHINE_RANK", "JOB_COMPLETION_INDEX"), parse_int, "this node's index (0)"),
-    Option("main_process_ip", "--main-process-ip", ("MASTER_ADDR",), str, "address of node 0 (127.0.0.1)"),
-    Option("main_process_port", "--main-process-port", ("MASTER_PORT",), parse_int, f"rendezvous port on node 0 ({DEFAULT_MASTER_PORT})"),
-    Option("nproc_per_node", "--nproc-per-node", ("NPROC_PER_NODE",), parse_int, "training processes per node, one per GPU (1)"),
-    Option("world_size", "--world-size", ("WORLD_SIZE",), parse_int, "checked against num-machines x nproc-per-node when set"),
-    Option("cpu_threads_per_process", "--cpu-threads-per-process", ("OMP_NUM_THREADS",), parse_int, "torch threads per process (CPUs / nproc-per-node)"),
-    Option("synthetic_classes", "--synthetic-classes", ("SYNTHETIC_CLASSES",), parse_int, "generate a synthetic set of this many classes into the data dir"),
-    Option("synthetic_images_per_class", "--synthetic-images-per-class", ("SYNTHETIC_IMAGES_PER_CLASS",), parse_int, "synthetic images per class (20)"),
-    Option("synthetic_image_size", "--synthetic-image-size", ("SYNTHETIC_IMAGE_SIZE",), parse_int, "side of the synthetic JPEGs (64)"),
-)
+
+def _option(entry: contract.Entry) -> Option:
+    text = entry.help
+    if entry.type == "choice":
+        text = f"{' | '.join(contract.choices_of(entry))}; {text}"
+    return Option(entry.option, entry.flag, entry.envs, contract.parser_for(entry), text + _default_text(entry))
+
+
+# The contract's options: those TrainConfig has train the model, the others shape the launch.
+TRAIN_OPTIONS = tuple(_option(e) for e in contract.options() if e.option in TRAIN_CONFIG_FIELDS)
+LAUNCH_OPTIONS = tuple(_option(e) for e in contract.options() if e.option not in TRAIN_CONFIG_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -132,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         group = parser.add_argument_group(group_name)
         for option in options:
             text = f"{option.help} [{' or '.join(option.envs)}]"
-            if option.parse is parse_bool:
+            if option.parse is contract.parse_bool:
                 group.add_argument(option.flag, dest=option.dest, action=argparse.BooleanOptionalAction, default=None, help=text)
             else:
                 group.add_argument(option.flag, dest=option.dest, default=None, metavar=option.envs[0], help=text)
@@ -161,10 +116,10 @@ def resolve_options(options, args: argparse.Namespace, environ: Mapping[str, str
 
 
 def make_plan(values: dict) -> LaunchPlan:
-    num_machines = values.get("num_machines", 1)
+    num_machines = values.get("num_machines", SPEC_DEFAULTS["num_machines"])
     machine_rank = values.get("machine_rank", 0)
-    nproc = values.get("nproc_per_node", 1)
-    port = values.get("main_process_port", DEFAULT_MASTER_PORT)
+    nproc = values.get("nproc_per_node", SPEC_DEFAULTS["nproc_per_node"])
+    port = values.get("main_process_port", SPEC_DEFAULTS["main_process_port"])
     if num_machines < 1:
         raise ConfigError(f"NUM_MACHINES must be >= 1, got {num_machines}")
     if nproc < 1:
@@ -182,8 +137,8 @@ def make_plan(values: dict) -> LaunchPlan:
         raise ConfigError("MASTER_ADDR must be set when NUM_MACHINES > 1: the address of node 0")
     threads = values.get("cpu_threads_per_process") or max(1, available_cpus() // nproc)
     synthetic = None
-    if any(key in values for key in SYNTHETIC_DEFAULTS):
-        synthetic = {key: values.get(key, default) for key, default in SYNTHETIC_DEFAULTS.items()}
+    if any(key in values for key in SYNTHETIC_OPTIONS):
+        synthetic = {key: values.get(key, SPEC_DEFAULTS[key]) for key in SYNTHETIC_OPTIONS}
     return LaunchPlan(
         num_machines=num_machines,
         machine_rank=machine_rank,
@@ -197,8 +152,7 @@ def make_plan(values: dict) -> LaunchPlan:
 
 
 def make_train_config(values: dict) -> TrainConfig:
-    known = {field.name for field in fields(TrainConfig)}
-    return TrainConfig(**{key: value for key, value in values.items() if key in known})
+    return TrainConfig(**{key: value for key, value in values.items() if key in TRAIN_CONFIG_FIELDS})
 
 
 def accelerate_command(plan: LaunchPlan, config: TrainConfig, python: str = sys.executable) -> list[str]:

@@ -1,9 +1,15 @@
-"""The metric lines the operator reads from pod 0's log: one JSON object per line, flushed at once."""
+"""The metric lines the operator reads from pod 0's log: one JSON object per line, flushed at once.
+
+Their format, and which lines a reader takes for events, is `pets_operator.metric_lines` (stdlib
+only, shipped in this image), the module the operator reads them with.
+"""
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass
+
+from pets_operator import metric_lines
+from pets_operator.metric_lines import parse_lines as parse_metric_lines  # noqa: F401 - the one reader
 
 
 @dataclass(frozen=True)
@@ -17,38 +23,18 @@ class EpochResult:
     eval_seconds: float = 0.0
 
     def as_event(self, resumed: bool = False) -> dict:
-        event = {"event": "epoch", **asdict(self)}
-        if resumed:
-            event["resumed"] = True
-        return event
+        return metric_lines.epoch_event(**asdict(self), **({"resumed": True} if resumed else {}))
 
 
 def emit(event: dict, stream=None) -> None:
     stream = stream or sys.stdout
-    stream.write(json.dumps(event) + "\n")
+    stream.write(metric_lines.format_line(event) + "\n")
     stream.flush()
 
 
 def done_event(history: list[EpochResult]) -> dict:
-    return {
-        "event": "done",
-        "epochs": len(history),
-        "accuracy": history[-1].accuracy if history else None,
-        "best_accuracy": max((result.accuracy for result in history), default=None),
-    }
-
-
-def parse_metric_lines(text: str) -> list[dict]:
-    """The JSON event objects in `text`, skipping every other line (as the operator does)."""
-    events = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict) and "event" in value:
-            events.append(value)
-    return events
+    return metric_lines.done_event(
+        epochs=len(history),
+        accuracy=history[-1].accuracy if history else None,
+        best_accuracy=max((result.accuracy for result in history), default=None),
+    )

@@ -14,7 +14,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -121,7 +121,22 @@ def image_cache_for_run(accelerator: Accelerator, config: TrainConfig) -> Iterat
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None) -> TrainResult | None:
+@dataclass(frozen=True)
+class TrainingParts:
+    """What a run trains and evaluates with, once Accelerate has prepared it."""
+    classes: tuple[str, ...]
+    model: torch.nn.Module  # prepared (DDP with several processes): for training
+    eval_model: torch.nn.Module  # the same model unwrapped: eval runs outside DDP, shards differ in length
+    optimizer: torch.optim.Optimizer
+    lr_scheduler: OneCycleLR
+    train_dataloader: Iterable
+    eval_dataloader: Iterable  # this process's eval shard, not prepared (see `build_training_parts`)
+    prepare_inputs: Callable[[torch.Tensor], torch.Tensor]  # normalization and memory format
+    pin_memory: bool
+
+
+def build_training_parts(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None) -> TrainingParts:
+    """Data, model, optimizer and schedule, in the tutorial's order (the seeded random draws follow it)."""
     index = scan_images(config.data_dir, verify=config.verify_images)
     for line in index.skip_summary():
         accelerator.print(line, file=sys.stderr)
@@ -154,58 +169,86 @@ def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | No
     model, optimizer, train_dataloader, lr_scheduler = accelerator.prepare(
         model, optimizer, train_dataloader, lr_scheduler
     )
-    # Eval runs outside DDP: processes may have different numbers of eval batches.
-    eval_model = accelerator.unwrap_model(model)
 
     def prepare_inputs(images: torch.Tensor) -> torch.Tensor:
         return ((images - mean) / std).contiguous(memory_format=memory_format)
 
-    checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
-    fingerprint = checkpoint_fingerprint(config, index.classes, accelerator.num_processes)
+    return TrainingParts(
+        classes=index.classes, model=model, eval_model=accelerator.unwrap_model(model), optimizer=optimizer,
+        lr_scheduler=lr_scheduler, train_dataloader=train_dataloader, eval_dataloader=eval_dataloader,
+        prepare_inputs=prepare_inputs, pin_memory=pin_memory,
+    )
+
+
+def train_one_epoch(accelerator: Accelerator, parts: TrainingParts) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pass over this process's training batches: (sum of the batch losses, number of batches), on the device."""
+    parts.model.train()
+    loss_sum = torch.zeros((), device=accelerator.device)
+    batches = torch.zeros((), device=accelerator.device)
+    for batch in parts.train_dataloader:
+        outputs = parts.model(parts.prepare_inputs(batch["image"]))
+        loss = F.cross_entropy(outputs, batch["label"])
+        accelerator.backward(loss)
+        parts.optimizer.step()
+        parts.lr_scheduler.step()
+        parts.optimizer.zero_grad()
+        loss_sum += loss.detach().float()
+        batches += 1
+    return loss_sum, batches
+
+
+def evaluate(accelerator: Accelerator, parts: TrainingParts) -> float:
+    """The accuracy on the whole eval set: each process counts its shard, the counts are summed."""
+    parts.model.eval()
+    sync_buffers_from_main_process(parts.eval_model, accelerator)
+    accurate = torch.zeros((), dtype=torch.long, device=accelerator.device)
+    num_elems = torch.zeros((), dtype=torch.long, device=accelerator.device)
+    for batch in parts.eval_dataloader:
+        images = batch["image"].to(accelerator.device, non_blocking=parts.pin_memory)
+        labels = batch["label"].to(accelerator.device, non_blocking=parts.pin_memory)
+        with torch.no_grad():
+            outputs = parts.eval_model(parts.prepare_inputs(images))
+        predictions = outputs.argmax(dim=-1)
+        accurate += (predictions == labels).sum()
+        num_elems += labels.shape[0]
+    # Every eval image sits in exactly one process's shard: the gathered counts are the whole set's.
+    accurate, num_elems = accelerator.gather(torch.stack([accurate, num_elems])).view(-1, 2).sum(dim=0).tolist()
+    return accurate / num_elems
+
+
+def mean_over_processes(accelerator: Accelerator, total: torch.Tensor, count: torch.Tensor) -> float:
+    """sum(total) / sum(count) over all processes (the train loss: per-batch losses over all batches)."""
+    return (accelerator.reduce(total, "sum") / accelerator.reduce(count, "sum")).item()
+
+
+def resume(accelerator: Accelerator, checkpoint_dir: Path | None, fingerprint: dict) -> list[EpochResult]:
+    """The finished epochs of the checkpoint to go on from (re-reported on the metric lines); [] for a fresh run."""
     history = restore_checkpoint(accelerator, checkpoint_dir, fingerprint) if checkpoint_dir else []
     if history:
         accelerator.print(f"resumed from the checkpoint of epoch {history[-1].epoch} in {checkpoint_dir}")
         if accelerator.is_main_process:
             for result in history:
                 emit(result.as_event(resumed=True))
+    return history
+
+
+def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None) -> TrainResult | None:
+    parts = build_training_parts(accelerator, config, cache)
+    checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+    fingerprint = checkpoint_fingerprint(config, parts.classes, accelerator.num_processes)
+    history = resume(accelerator, checkpoint_dir, fingerprint)
 
     for epoch in range(len(history), config.epochs):
         started = time.perf_counter()
-        model.train()
-        loss_sum = torch.zeros((), device=accelerator.device)
-        batches = torch.zeros((), device=accelerator.device)
-        for batch in train_dataloader:
-            outputs = model(prepare_inputs(batch["image"]))
-            loss = F.cross_entropy(outputs, batch["label"])
-            accelerator.backward(loss)
-            optimizer.step()
-            lr_scheduler.step()
-            optimizer.zero_grad()
-            loss_sum += loss.detach().float()
-            batches += 1
+        loss_sum, batches = train_one_epoch(accelerator, parts)
         train_seconds = time.perf_counter() - started
-
-        model.eval()
-        sync_buffers_from_main_process(eval_model, accelerator)
-        accurate = torch.zeros((), dtype=torch.long, device=accelerator.device)
-        num_elems = torch.zeros((), dtype=torch.long, device=accelerator.device)
-        for batch in eval_dataloader:
-            images = batch["image"].to(accelerator.device, non_blocking=pin_memory)
-            labels = batch["label"].to(accelerator.device, non_blocking=pin_memory)
-            with torch.no_grad():
-                outputs = eval_model(prepare_inputs(images))
-            predictions = outputs.argmax(dim=-1)
-            accurate += (predictions == labels).sum()
-            num_elems += labels.shape[0]
-        # Every eval image sits in exactly one process's shard: the gathered counts are the whole set's.
-        accurate, num_elems = accelerator.gather(torch.stack([accurate, num_elems])).view(-1, 2).sum(dim=0).tolist()
-        eval_metric = accurate / num_elems
-        train_loss = (accelerator.reduce(loss_sum, "sum") / accelerator.reduce(batches, "sum")).item()
-        accelerator.print(f"epoch {epoch}: {100 * eval_metric:.2f}")
+        accuracy = evaluate(accelerator, parts)
+        train_loss = mean_over_processes(accelerator, loss_sum, batches)
+        accelerator.print(f"epoch {epoch}: {100 * accuracy:.2f}")
 
         result = EpochResult(
             epoch=epoch,
-            accuracy=round(eval_metric, 6),
+            accuracy=round(accuracy, 6),
             train_loss=round(train_loss, 6),
             seconds=round(time.perf_counter() - started, 3),
             train_seconds=round(train_seconds, 3),
@@ -222,4 +265,4 @@ def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | No
     is_main = accelerator.is_main_process
     # Without it each process aborts (SIGABRT) at exit when a process group was created.
     accelerator.end_training()
-    return TrainResult(history=history, classes=index.classes) if is_main else None
+    return TrainResult(history=history, classes=parts.classes) if is_main else None

@@ -20,7 +20,7 @@ from typing import Any
 from . import logs
 from .client import ApiStatusError, Client
 from .environment import LOOPBACK, PathMap, PortMap, expand, field_ref, rewrite_env
-from .storage import now
+from .storage import POD_FAILED, POD_SUCCEEDED, TERMINAL_POD_PHASES, now
 
 logger = logging.getLogger(__name__)
 
@@ -253,12 +253,12 @@ class PodWorker:
             await self.report()
             for init in self.init_containers:  # one after another, each to success
                 if await init.run() != 0 or self.stopping:
-                    self.phase = "Failed"
+                    self.phase = POD_FAILED
                     await self.report()
                     return
             self.phase = "Running"
             codes = await asyncio.gather(*(c.run() for c in self.containers))
-            self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+            self.phase = POD_SUCCEEDED if all(code == 0 for code in codes) else POD_FAILED
             await self.report()
         finally:
             self.kubelet.ports.release(self.uid)
@@ -274,9 +274,9 @@ class PodWorker:
         statuses = [c.status() for c in self.containers]
         init_statuses = [c.status() for c in self.init_containers]
         started = any(c.process is not None or c.restart_count or "terminated" in c.state for c in self.containers)
-        phase = self.phase if self.phase in ("Succeeded", "Failed") else ("Running" if started else "Pending")
+        phase = self.phase if self.phase in TERMINAL_POD_PHASES else ("Running" if started else "Pending")
         ready = phase == "Running" and all(s["ready"] for s in statuses)
-        ready_reason = {} if ready else {"reason": "PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady"}
+        ready_reason = {} if ready else {"reason": "PodCompleted" if phase in TERMINAL_POD_PHASES else "ContainersNotReady"}
         status = {
             "phase": phase, "hostIP": LOOPBACK, "hostIPs": [{"ip": LOOPBACK}], "podIP": LOOPBACK, "podIPs": [{"ip": LOOPBACK}],
             "startTime": self.started, "containerStatuses": statuses, "qosClass": "BestEffort",
@@ -343,7 +343,7 @@ class Kubelet:
             self.workers.pop(uid, None)
             return
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        if worker is None and not deleting and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+        if worker is None and not deleting and pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES:
             worker = self.workers[uid] = PodWorker(self, pod)
             worker.task = asyncio.create_task(worker.run())
         elif deleting and worker is not None and not worker.stopping:

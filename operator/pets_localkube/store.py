@@ -10,7 +10,7 @@ import asyncio
 import collections
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 Key = tuple[str, str]  # (group, plural)
 Obj = dict[str, Any]
@@ -70,10 +70,6 @@ class Store:
         objects = self._objects[key]
         chosen = [o for (ns, _), o in objects.items() if namespace is None or ns == namespace]
         return [copy.deepcopy(o) for o in sorted(chosen, key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))]
-
-    def all_items(self) -> Iterator[tuple[Key, Obj]]:
-        for key, obj in self.peek_all():
-            yield key, copy.deepcopy(obj)
 
     def peek(self, key: Key, namespace: str, name: str) -> Obj | None:
         """The stored object itself, without a copy: read it, never change it."""

@@ -30,8 +30,11 @@ def kubeconfig_text(url: str, namespace: str = "default") -> str:
     }, sort_keys=False)
 
 
-def load_manifests(path: Path) -> list[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as stream:
+def load_manifests(source: Path | dict[str, Any]) -> list[dict[str, Any]]:
+    """The objects of a manifest file, or an object given as it is."""
+    if isinstance(source, dict):
+        return [source]
+    with Path(source).open(encoding="utf-8") as stream:
         return [doc for doc in yaml.safe_load_all(stream) if doc]
 
 
@@ -40,13 +43,15 @@ class LocalCluster:
 
         with LocalCluster(workdir=tmp, cpu=2, crds=[Path("manifests/crd.yaml")]) as cluster:
             subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "get", "pods"])
+
+    `crds` are manifest files or CRD objects (e.g. `pets_operator.packaged.crd()`), applied at start.
     """
 
     def __init__(self, workdir: Path, cpu: float = 2, memory: str = "8Gi", gpus: int = 0,
-                 crds: Iterable[Path] = (), host: str = "127.0.0.1", port: int = 0,
+                 crds: Iterable[Path | dict[str, Any]] = (), host: str = "127.0.0.1", port: int = 0,
                  entrypoints: dict[str, list[str]] | None = None, node_name: str = NODE_NAME):
         self.workdir = Path(workdir).resolve()
-        self.crds = [Path(p) for p in crds]
+        self.crds = [crd if isinstance(crd, dict) else Path(crd) for crd in crds]
         self.host, self.port = host, port
         self.capacity = {"cpu": f"{cpu:g}", "memory": memory, "pods": "110"}
         if gpus:
@@ -133,7 +138,7 @@ class LocalCluster:
             await asyncio.gather(*tasks, return_exceptions=True)
         await runner.cleanup()
 
-    # --- conveniences for demos ------------------------------------------------------------
+    # --- objects applied at start, process inspection ------------------------------------------
 
     def _create_now(self, manifest: dict[str, Any]) -> dict[str, Any]:
         assert self.server is not None
@@ -145,18 +150,6 @@ class LocalCluster:
                 namespace = (manifest.get("metadata") or {}).get("namespace") if resource.namespaced else None
                 return self.server.storage.create(resource, namespace, manifest, version)[0]
         raise errors.bad_request(f"no resource of kind {kind} in {api_version} is served")
-
-    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Create one object (on the cluster's own loop, where the store lives); AlreadyExists if present."""
-        assert self._loop is not None
-
-        async def create() -> dict[str, Any]:
-            return self._create_now(manifest)
-
-        return asyncio.run_coroutine_threadsafe(create(), self._loop).result(timeout=30)
-
-    def apply_file(self, path: Path) -> list[dict[str, Any]]:
-        return [self.apply(manifest) for manifest in load_manifests(path)]
 
     def process_ids(self) -> list[int]:
         """Pids of the container processes now running (for tests of process hygiene)."""

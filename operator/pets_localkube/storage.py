@@ -8,22 +8,38 @@ from __future__ import annotations
 import copy
 import datetime
 import random
-import re
 import uuid
-from typing import Any
+from typing import Any, Callable
+
+from pets_operator.names import (DNS1035_LABEL_MAX, DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, is_dns1035_label,
+                                  is_dns1123_label, is_dns1123_subdomain)
 
 from . import errors
 from .patch import apply_patch
 from .resources import Registry, ResourceType, from_crd
 from .store import Obj, Store
 
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY = ("", "namespaces")
 POD_KEY = ("", "pods")
-TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+SERVICE_KEY = ("", "services")
+# The pod phases a pod never leaves (the kubelet, scheduler and API server all use this one).
+POD_SUCCEEDED, POD_FAILED = "Succeeded", "Failed"
+TERMINAL_POD_PHASES = (POD_SUCCEEDED, POD_FAILED)
+# Which Kubernetes name rule an object's name must follow (apimachinery's messages); the rules
+# themselves are `pets_operator.names`, the same ones the operator checks job names with.
+_NAME_RULES: dict[tuple[str, str], tuple[Callable[[str], bool], int, str]] = {
+    NAMESPACE_KEY: (is_dns1123_label, DNS1123_LABEL_MAX,
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+                    "and must start and end with an alphanumeric character"),
+    SERVICE_KEY: (is_dns1035_label, DNS1035_LABEL_MAX,
+                  "a DNS-1035 label must consist of lower case alphanumeric characters or '-', "
+                  "start with an alphabetic character, and end with an alphanumeric character"),
+}
+_SUBDOMAIN_RULE = (is_dns1123_subdomain, DNS1123_SUBDOMAIN_MAX,
+                   "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                   "and must start and end with an alphanumeric character")
 # Set by the API server while a namespace or CRD is emptied before it goes.
 CLEANUP_FINALIZERS = {NAMESPACE_KEY: "kubernetes", CRD_KEY: "customresourcecleanup.apiextensions.k8s.io"}
 
@@ -103,13 +119,11 @@ class Storage:
         if not name:
             raise errors.invalid(resource.kind, resource.group, name, [{
                 "reason": "FieldValueRequired", "field": "metadata.name", "message": "Required value: name or generateName is required"}])
-        pattern, what = (DNS_LABEL, "RFC 1123 label") if resource.key in (NAMESPACE_KEY, ("", "services")) else (DNS_SUBDOMAIN, "RFC 1123 subdomain")
-        limit = 63 if pattern is DNS_LABEL else 253
-        if not pattern.match(name) or len(name) > limit:
+        valid, limit, rule = _NAME_RULES.get(resource.key, _SUBDOMAIN_RULE)
+        if not valid(name):
             raise errors.invalid(resource.kind, resource.group, name, [{
                 "reason": "FieldValueInvalid", "field": "metadata.name",
-                "message": f'Invalid value: "{name}": a lowercase {what} must consist of lower case alphanumeric characters, \'-\' or \'.\', '
-                           f"and must start and end with an alphanumeric character (at most {limit} characters)"}])
+                "message": f'Invalid value: "{name}": {rule} (at most {limit} characters)'}])
 
     # --- admission: defaults and validation per type -----------------------------------------
 
@@ -128,7 +142,7 @@ class Storage:
                 raise errors.invalid(resource.kind, resource.group, obj["metadata"].get("name", ""), causes)
         elif resource.key == POD_KEY:
             self._admit_pod(obj, created)
-        elif resource.key == ("", "services") and created:
+        elif resource.key == SERVICE_KEY and created:
             self._admit_service(obj)
         elif resource.key == NAMESPACE_KEY and created:
             obj["status"] = {"phase": "Active"}
@@ -353,9 +367,6 @@ class Storage:
     def _on_removed(self, resource: ResourceType, obj: Obj) -> None:
         if resource.key == CRD_KEY:
             self.registry.remove((obj["spec"]["group"], obj["spec"]["names"]["plural"]))
-
-    def register_crd(self, obj: Obj) -> None:
-        self.registry.add(from_crd(obj))
 
     @staticmethod
     def _versioned(obj: Obj, resource: ResourceType, version: str | None) -> Obj:

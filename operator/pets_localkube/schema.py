@@ -14,6 +14,9 @@ from typing import Any, Iterable
 
 import jsonschema
 
+# Defaulting as the API server does it: one implementation, shared with the operator's spec.
+from pets_operator.contract import apply_schema_defaults as apply_defaults
+
 # The root fields the API server handles itself; never pruned nor validated by the schema.
 _ROOT_META = ("apiVersion", "kind", "metadata")
 
@@ -40,25 +43,6 @@ def prune(obj: Any, schema: dict[str, Any], path: str = "", pruned: list[str] | 
         for index, item in enumerate(obj):
             prune(item, schema["items"], f"{path}[{index}]", pruned, root=False)
     return pruned
-
-
-def apply_defaults(obj: Any, schema: dict[str, Any]) -> None:
-    """Fill in `default`s (in place) under objects that are present, as the API server does."""
-    if isinstance(obj, dict):
-        properties = schema.get("properties") or {}
-        for key, child_schema in properties.items():
-            if key not in obj and "default" in child_schema:
-                obj[key] = copy.deepcopy(child_schema["default"])
-            if key in obj:
-                apply_defaults(obj[key], child_schema)
-        additional = schema.get("additionalProperties")
-        if isinstance(additional, dict):
-            for key, value in obj.items():
-                if key not in properties:
-                    apply_defaults(value, additional)
-    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        for item in obj:
-            apply_defaults(item, schema["items"])
 
 
 def _to_draft4(schema: Any, root: bool = True) -> Any:

@@ -6,48 +6,36 @@ retried whenever a pod changes (a finished pod frees its share).
 from __future__ import annotations
 
 import logging
-import re
+from decimal import Decimal
 from typing import Any
 
+from pets_operator.quantities import parse_quantity
+
 from .client import ApiStatusError, Client
-from .storage import now
+from .storage import TERMINAL_POD_PHASES, now
 
 logger = logging.getLogger(__name__)
-
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
-_SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-TERMINAL = ("Succeeded", "Failed")
+NOTHING = Decimal(0)
 
 
-def parse_quantity(value: Any) -> float:
-    """`500m` -> 0.5, `2` -> 2, `1Gi` -> 1073741824."""
-    if isinstance(value, (int, float)):
-        return float(value)
-    matched = _QUANTITY.match(str(value).strip())
-    if not matched or matched.group(2) not in _SUFFIXES:
-        raise ValueError(f"invalid quantity {value!r}")
-    return float(matched.group(1)) * _SUFFIXES[matched.group(2)]
-
-
-def pod_requests(pod: dict[str, Any]) -> dict[str, float]:
-    """Summed container requests (limits stand in for missing requests, as in Kubernetes)."""
-    total: dict[str, float] = {}
+def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
+    """Summed container requests (limits stand in for missing requests, as in Kubernetes), exact."""
+    total: dict[str, Decimal] = {}
     for container in pod.get("spec", {}).get("containers") or []:
         resources = container.get("resources") or {}
         wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
         for name, quantity in wanted.items():
-            total[name] = total.get(name, 0.0) + parse_quantity(quantity)
+            total[name] = total.get(name, NOTHING) + parse_quantity(quantity)
     return total
 
 
-def unschedulable_reason(pod: dict[str, Any], node: dict[str, Any], free: dict[str, float]) -> str | None:
+def unschedulable_reason(pod: dict[str, Any], node: dict[str, Any], free: dict[str, Decimal]) -> str | None:
     """None when the pod fits the node, else the scheduler's message."""
     labels = node["metadata"].get("labels") or {}
     selector = pod.get("spec", {}).get("nodeSelector") or {}
     if any(labels.get(k) != v for k, v in selector.items()):
         return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
-    short = sorted(name for name, amount in pod_requests(pod).items() if amount > free.get(name, 0.0) + 1e-9)
+    short = sorted(name for name, amount in pod_requests(pod).items() if amount > free.get(name, NOTHING))
     if short:
         return "0/1 nodes are available: " + ", ".join(f"1 Insufficient {name}" for name in short) + "."
     return None
@@ -67,12 +55,12 @@ class Scheduler:
                 self._pods[pod["metadata"]["uid"]] = pod
             await self._schedule()
 
-    def _free(self, node: dict[str, Any]) -> dict[str, float]:
+    def _free(self, node: dict[str, Any]) -> dict[str, Decimal]:
         allocatable = {k: parse_quantity(v) for k, v in (node.get("status", {}).get("allocatable") or {}).items()}
         for pod in self._pods.values():
-            if pod["spec"].get("nodeName") == self.node_name and pod.get("status", {}).get("phase") not in TERMINAL:
+            if pod["spec"].get("nodeName") == self.node_name and pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES:
                 for name, amount in pod_requests(pod).items():
-                    allocatable[name] = allocatable.get(name, 0.0) - amount
+                    allocatable[name] = allocatable.get(name, NOTHING) - amount
         return allocatable
 
     async def _schedule(self) -> None:
@@ -100,7 +88,7 @@ class Scheduler:
                                                                  "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}})
                     pod["spec"]["nodeName"] = self.node_name
                     for name, amount in pod_requests(pod).items():
-                        free[name] = free.get(name, 0.0) - amount
+                        free[name] = free.get(name, NOTHING) - amount
                 elif not any(c.get("type") == "PodScheduled" and c.get("message") == reason
                              for c in pod.get("status", {}).get("conditions") or []):
                     await self.client.merge_patch(path + "/status", {"status": {"conditions": [{

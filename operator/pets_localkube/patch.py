@@ -9,7 +9,6 @@ from .errors import ApiError, bad_request
 MERGE = "application/merge-patch+json"
 JSON = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-APPLY = "application/apply-patch+yaml"
 
 # Strategic merge keys of the core types the operator and kubectl touch; other lists are replaced.
 _MERGE_KEYS = {

@@ -12,9 +12,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .cluster import LocalCluster
+from pets_operator import packaged
 
-REPO_CRD = Path(__file__).resolve().parents[3] / "manifests" / "crd.yaml"
+from .cluster import LocalCluster
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -28,18 +28,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--memory", default="8Gi", help="memory capacity of the local node (default: %(default)s)")
     up.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the local node (default: 0)")
     up.add_argument("--crd", type=Path, action="append", default=None,
-                    help=f"CRD manifest to apply at start; repeatable (default: {REPO_CRD} when present)")
+                    help="CRD manifest to apply at start; repeatable (default: the PetsTrainingJob CRD, manifests/crd.yaml)")
     up.add_argument("--kubeconfig-out", type=Path, help="also write the kubeconfig to this path")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    crds = args.crd if args.crd is not None else ([REPO_CRD] if REPO_CRD.exists() else [])
-    for crd in crds:
+    for crd in args.crd or []:
         if not crd.is_file():
             print(f"error: CRD manifest {crd} does not exist", file=sys.stderr)
             return 2
+    crds = args.crd if args.crd is not None else [packaged.crd()]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pets-local-"))
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -1,0 +1,60 @@
+"""The metric lines, written once: the trainer prints them, the operator reads them (pure, stdlib only).
+
+The trainer image ships this package's source without the operator's dependencies, so this
+module imports nothing but the standard library.
+
+Global rank 0 prints one JSON object per line on stdout, flushed at once:
+
+    {"event": "epoch", "epoch": 0, "accuracy": 0.8812, "train_loss": 0.41, "seconds": 12.3}
+    {"event": "done", "epochs": 2, "accuracy": 0.9, "best_accuracy": 0.91}
+
+A line holds an event when the text from its first `{` on is one JSON object with a string
+`"event"`. Text before the object is tolerated (a timestamp, the `[rank0]:` tag torchrun puts
+on a worker's output); every other line (human text, warnings) is skipped. Epoch events may
+carry more fields than these (`train_seconds`, `eval_seconds`, `resumed`); readers ignore them.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping
+
+EVENT = "event"  # the key that makes a JSON object a metric event
+EPOCH = "epoch"  # one finished epoch: epoch (from 0), accuracy, train_loss, seconds
+DONE = "done"  # the end of training: epochs, accuracy (the last epoch's), best_accuracy
+
+
+def epoch_event(epoch: int, accuracy: float, train_loss: float, seconds: float, **extra: Any) -> dict[str, Any]:
+    return {EVENT: EPOCH, "epoch": epoch, "accuracy": accuracy, "train_loss": train_loss, "seconds": seconds,
+            **extra}
+
+
+def done_event(epochs: int, accuracy: float | None, best_accuracy: float | None) -> dict[str, Any]:
+    return {EVENT: DONE, "epochs": epochs, "accuracy": accuracy, "best_accuracy": best_accuracy}
+
+
+def format_line(event: Mapping[str, Any]) -> str:
+    """The line (without its newline) that carries `event`."""
+    if not isinstance(event.get(EVENT), str):
+        raise ValueError(f"a metric event needs a string {EVENT!r}: {event!r}")
+    return json.dumps(dict(event))  # no indent: always one line
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The event a log line carries, or None for any other line."""
+    start = line.find("{")
+    if start < 0:
+        return None
+    try:
+        value = json.loads(line[start:].strip())
+    except ValueError:  # json.JSONDecodeError included
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get(EVENT), str):
+        return None
+    return value
+
+
+def parse_lines(lines: str | Iterable[str]) -> list[dict[str, Any]]:
+    """The events of a log, given as one text or as lines, in order."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    return [event for event in map(parse_line, lines) if event is not None]
