@@ -9,8 +9,8 @@ Global rank 0 prints one JSON object per line on stdout, flushed at once:
     {"event": "done", "epochs": 2, "accuracy": 0.9, "best_accuracy": 0.91}
 
 A line holds an event when the text from its first `{` on is one JSON object with a string
-`"event"`. Text before the object is tolerated (a timestamp, the `[rank0]:` tag torchrun puts
-on a worker's output); every other line (human text, warnings) is skipped. Epoch events may
+`"event"`. Text before the object is tolerated (a timestamp, a `[rank0]:` tag that a launcher
+may put on a process's output); every other line (human text, warnings) is skipped. Epoch events may
 carry more fields than these (`train_seconds`, `eval_seconds`, `resumed`); readers ignore them.
 """
 from __future__ import annotations

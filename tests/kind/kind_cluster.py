@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pets_operator.status import FINAL_PHASES
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_IMAGE = "pets-operator:0.1.0"
 TRAINER_IMAGE = "pets-trainer:0.1.0"
-FINISHED = ("Succeeded", "Failed")
+FINISHED = FINAL_PHASES
 
 
 class CommandFailed(AssertionError):
