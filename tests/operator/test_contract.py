@@ -151,7 +151,7 @@ def test_the_architecture_doc_shows_the_current_table():
     import sys
 
     repo_root = Path(__file__).resolve().parents[2]
-    result = subprocess.run([sys.executable, "hack/contract_table.py", "--check"], cwd=repo_root,
+    result = subprocess.run([sys.executable, "hack/generated_docs.py", "--check"], cwd=repo_root,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
