@@ -23,9 +23,16 @@ DERIVED_FROM = {
     "MACHINE_RANK": "the pod's index",
     "JOB_COMPLETION_INDEX": "the pod's index",
     "WORLD_SIZE": "numNodes × processesPerNode",
-    "DATA_DIR": "`/data` + `data.path`",
+    "DATA_DIR": "`data.mountPath` (`/data`) + `data.path` (when `data` is set)",
     "CHECKPOINT_DIR": "`checkpoint.path` (when `checkpoint` is set)",
+    "JOB_UID": "`metadata.uid`",
+    "JOB_NAME": "`metadata.name`",
+    "JOB_NAMESPACE": "`metadata.namespace`",
+    "FUNCTION_FILE": "`/var/run/pets-function/` + `function.key` (when `function` is set)",
     "PYTHONUNBUFFERED": "`1`",
+    "HOME": "`/home/trainer` (an emptyDir)",
+    "XDG_CACHE_HOME": "`/home/trainer/.cache`",
+    "TERMINATION_MESSAGE_PATH": "the container's `terminationMessagePath`",
 }
 
 

@@ -30,6 +30,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--crd", type=Path, action="append", default=None,
                     help="CRD manifest to apply at start; repeatable (default: the PetsTrainingJob CRD, manifests/crd.yaml)")
     up.add_argument("--kubeconfig-out", type=Path, help="also write the kubeconfig to this path")
+    up.add_argument("--keep-logs", action="store_true",
+                    help="keep the log files of deleted pods under <workdir>/logs (default: they go with the pod, as on a node)")
+    up.add_argument("--simulate", action="store_true",
+                    help="simulate every pod: no process, phases and log lines on the schedule the pod carries "
+                         "(see pets_localkube/simulated.py); without it only pods that ask for it are simulated")
     return parser.parse_args(argv)
 
 
@@ -45,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        cluster = LocalCluster(workdir=workdir, cpu=args.cpu, memory=args.memory, gpus=args.gpus, crds=crds, port=args.port)
+        cluster = LocalCluster(workdir=workdir, cpu=args.cpu, memory=args.memory, gpus=args.gpus, crds=crds, port=args.port,
+                               keep_logs=args.keep_logs, simulate=args.simulate)
         cluster.start()
     except OSError as error:
         print(f"error: cannot start the local cluster: {error}", file=sys.stderr)
@@ -54,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         text = cluster.kubeconfig.read_text(encoding="utf-8")
         if args.kubeconfig_out:
             args.kubeconfig_out.write_text(text, encoding="utf-8")
-        print(f"Local cluster API server at {cluster.url} (node {cluster.node_name}, {cluster.capacity['cpu']} CPUs); workdir {workdir}")
+        print(f"Local cluster API server at {cluster.url} (node {cluster.node_name}, {cluster.capacity['cpu']} CPUs"
+              f"{', simulated pods' if args.simulate else ''}); workdir {workdir}")
         print(f"kubeconfig: {cluster.kubeconfig}\n---\n{text}---")
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
         stop.wait()

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 import yaml
 from aiohttp import web
 
-from . import errors
+from . import errors, gang
 from .client import Client
 from .kubelet import Kubelet
 from .scheduler import Scheduler
@@ -45,18 +45,29 @@ class LocalCluster:
             subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "get", "pods"])
 
     `crds` are manifest files or CRD objects (e.g. `pets_operator.packaged.crd()`), applied at start.
+    A deleted pod's directory and logs are removed, as on a node; `keep_logs=True` keeps the logs
+    (`<workdir>/logs/<namespace>_<pod>_<uid>/`). Stopping the cluster leaves every file in place.
+    `gang_scheduler` (e.g. "scheduler-plugins-scheduler"): the scheduler also serves pods of that
+    schedulerName, placing Coscheduling pod groups all or nothing, and the PodGroup kind is served (`gang.py`).
+    `simulate=True`: every pod is simulated (no process; `simulated.py`); else only pods that ask for it.
     """
 
     def __init__(self, workdir: Path, cpu: float = 2, memory: str = "8Gi", gpus: int = 0,
                  crds: Iterable[Path | dict[str, Any]] = (), host: str = "127.0.0.1", port: int = 0,
-                 entrypoints: dict[str, list[str]] | None = None, node_name: str = NODE_NAME):
+                 entrypoints: dict[str, list[str]] | None = None, node_name: str = NODE_NAME, keep_logs: bool = False,
+                 gang_scheduler: str | None = None, simulate: bool = False):
         self.workdir = Path(workdir).resolve()
+        self.simulate = simulate
         self.crds = [crd if isinstance(crd, dict) else Path(crd) for crd in crds]
+        self.gang_scheduler = gang_scheduler
+        if gang_scheduler:
+            self.crds.append(gang.POD_GROUP_CRD)
         self.host, self.port = host, port
         self.capacity = {"cpu": f"{cpu:g}", "memory": memory, "pods": "110"}
         if gpus:
             self.capacity["nvidia.com/gpu"] = str(gpus)
         self.entrypoints = entrypoints
+        self.keep_logs = keep_logs
         self.node_name = node_name
         self.url = ""
         self.kubeconfig = self.workdir / "kubeconfig"
@@ -126,9 +137,10 @@ class LocalCluster:
             for manifest in load_manifests(crd):
                 self._create_now(manifest)
         async with Client(self.url) as scheduler_client, Client(self.url) as kubelet_client:
-            self.kubelet = Kubelet(kubelet_client, self.node_name, self.workdir, self.capacity, self.entrypoints)
+            self.kubelet = Kubelet(kubelet_client, self.node_name, self.workdir, self.capacity, self.entrypoints,
+                                   keep_logs=self.keep_logs, simulate=self.simulate)
             await self.kubelet.register_node()
-            tasks = [asyncio.create_task(Scheduler(scheduler_client, self.node_name).run()),
+            tasks = [asyncio.create_task(Scheduler(scheduler_client, self.node_name, self.gang_scheduler).run()),
                      asyncio.create_task(self.kubelet.run())]
             self._ready.set()
             await self._stop.wait()
@@ -152,14 +164,13 @@ class LocalCluster:
         raise errors.bad_request(f"no resource of kind {kind} in {api_version} is served")
 
     def process_ids(self) -> list[int]:
-        """Pids of the container processes now running (for tests of process hygiene)."""
+        """Pids of the containers' main processes now running (for tests of process hygiene)."""
         if self.kubelet is None or self._loop is None:
             return []
         kubelet = self.kubelet
 
         async def running() -> list[int]:  # read on the cluster's loop, where the kubelet mutates it
-            return [c.process.pid for w in kubelet.workers.values() for c in w.containers
-                    if c.process is not None and c.process.returncode is None]
+            return [pid for worker in kubelet.workers.values() for pid in worker.running_pids]
 
         return asyncio.run_coroutine_threadsafe(running(), self._loop).result(timeout=10)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 from . import errors
 from .storage import CRD_KEY, NAMESPACE_KEY, Storage
@@ -18,20 +19,33 @@ logger = logging.getLogger(__name__)
 _OWNERSHIP_FIELDS = ("ownerReferences", "finalizers", "deletionTimestamp")
 
 
-def needs_sweep(change: Change) -> bool:
+def needs_sweep(change: Change, owner: Callable[[str], Obj | None] | None = None) -> bool:
     """Whether a change can make garbage to collect or a finalizer to work off.
 
     A removal (an owner gone, a namespace or CRD emptied), an object being deleted, a new object
     with owners, or changed owners/finalizers can; an update leaving those alone (a status patch,
     the bulk of the traffic) cannot.
+
+    With `owner` (uid -> the stored owner, None when gone) it looks closer: owners and finalizers of
+    an object that is not being deleted give work only when an owner it names (now or before) is gone
+    or being deleted itself. So creating a pod of a live job, or adding a finalizer, no longer sweeps
+    every stored object (at 1,000 jobs that was a third of the API server's time).
     """
     meta = change.obj["metadata"]
     if change.type == "DELETED" or meta.get("deletionTimestamp"):
         return True
+    old_meta = {} if change.old is None else change.old["metadata"]
     if change.old is None:
-        return bool(meta.get("ownerReferences") or meta.get("finalizers"))
-    old_meta = change.old["metadata"]
-    return any(meta.get(name) != old_meta.get(name) for name in _OWNERSHIP_FIELDS)
+        touched = bool(meta.get("ownerReferences") or meta.get("finalizers"))
+    else:
+        touched = any(meta.get(name) != old_meta.get(name) for name in _OWNERSHIP_FIELDS)
+    if not touched or owner is None:
+        return touched
+    for ref in (meta.get("ownerReferences") or []) + (old_meta.get("ownerReferences") or []):
+        found = owner(ref.get("uid", ""))
+        if found is None or found["metadata"].get("deletionTimestamp"):
+            return True
+    return False
 
 
 class Collector:
@@ -41,7 +55,7 @@ class Collector:
         storage.store.on_change(self._changed)
 
     def _changed(self, change: Change) -> None:
-        if needs_sweep(change):
+        if needs_sweep(change, self.storage.store.peek_uid):
             self._wake.set()
 
     async def run(self) -> None:

@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
 
     print(f"Starting a local cluster (emulated API server + local kubelet, {args.cpu:g} CPUs) in {workdir}", flush=True)
-    with LocalCluster(workdir=workdir, cpu=args.cpu, crds=crds) as cluster:
+    # keep_logs: the logs of every attempt stay in <workdir>/logs, also of pods a group restart deleted.
+    with LocalCluster(workdir=workdir, cpu=args.cpu, crds=crds, keep_logs=True) as cluster:
         print(f"  API server {cluster.url}; kubeconfig {cluster.kubeconfig}", flush=True)
         with operator_process(cluster.kubeconfig, workdir / "operator.log") as operator:
             print(f"  operator running (pid {operator.pid}, log {workdir / 'operator.log'})", flush=True)

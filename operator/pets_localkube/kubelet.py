@@ -1,8 +1,15 @@
 """The local kubelet: runs the pods bound to the local node as local processes.
 
 It is an API client: it registers its Node, watches pods with `spec.nodeName=<node>`, reports
-their status through `/status` and finishes graceful deletions with `gracePeriodSeconds=0`.
-Each container is a process in its own session; stdout+stderr go to the pod log file.
+their status through `/status`, posts Events (Created, Started, Killing, BackOff, Failed,
+FailedMount) and finishes graceful deletions with `gracePeriodSeconds=0`, then removes the pod's
+directory (and its logs, unless `keep_logs`).
+
+Each container runs under its own `shim.py` (the container's "init"): the main process in its own
+session, every process it starts kept below the shim (a child subreaper), all of them ended when
+the main process exits, and the container reported terminated with the main process's exit code.
+Its stdout+stderr go to the pod log file. A simulated pod (`simulated.py`) runs no process: its
+phases and log lines follow the schedule it carries.
 """
 from __future__ import annotations
 
@@ -17,14 +24,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import logs
+from . import logs, termination
 from .client import ApiStatusError, Client
 from .environment import LOOPBACK, PathMap, PortMap, expand, field_ref, rewrite_env
+from .events import NORMAL, WARNING, EventRecorder, container_field_path
 from .storage import POD_FAILED, POD_SUCCEEDED, TERMINAL_POD_PHASES, now
+from .volumes import MountError, check_host_path, is_read_only
 
 logger = logging.getLogger(__name__)
 
 MAX_RESTART_BACKOFF = 10.0
+MOUNT_RETRY_FIRST, MOUNT_RETRY_MAX = 0.5, 8.0  # FailedMount retries (the kubelet's start at 500ms)
+PIPE_DRAIN_TIMEOUT = 2.0  # once a container has ended, how long its log pipe may take to reach EOF
+SHIM_STOP_TIMEOUT = 5.0  # after the kill signal, how long the shim may take to end its container
+SHIM = Path(__file__).with_name("shim.py")
+# Every process of a container carries this in its environment, so one left over by a shim that
+# was killed itself can still be found.
+CONTAINER_MARKER = "PETS_LOCALKUBE_CONTAINER"
 # Images whose entrypoint is a console script of this installation.
 DEFAULT_ENTRYPOINTS = {"pets-trainer": ["pets-train"]}
 
@@ -45,27 +61,70 @@ def image_repository(image: str) -> str:
     return last.split(":")[0]
 
 
+def processes_marked(marker: str) -> list[int]:
+    """Pids whose environment holds `CONTAINER_MARKER=<marker>` (from /proc; empty where there is none)."""
+    wanted = f"{CONTAINER_MARKER}={marker}".encode()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if wanted in environ.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def kill_marked(marker: str) -> None:
+    """SIGKILL every process of a container whose shim could not end them (it was killed itself)."""
+    for _ in range(50):
+        pids = processes_marked(marker)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class ContainerRun:
-    """One container of a pod: its process, restarts and reported state."""
+    """One container of a pod: its shim and main process, restarts and reported state."""
 
     def __init__(self, worker: "PodWorker", spec: dict[str, Any], init: bool = False):
         self.worker = worker
         self.init = init
         self.spec = spec
         self.name = spec["name"]
-        self.process: asyncio.subprocess.Process | None = None
+        self.field_path = container_field_path(self.name, init)
+        self.process: asyncio.subprocess.Process | None = None  # the shim
+        self.main_pid: int | None = None  # the container's main process
         self.restart_count = 0
         self.state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
         self.last_state: dict[str, Any] = {}
         self.exit_code: int | None = None
+        self.marker = f"{worker.uid}/{self.name}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
 
     def status(self) -> dict[str, Any]:
         running = "running" in self.state
         entry = {"name": self.name, "image": self.spec.get("image", ""), "imageID": "", "ready": running, "started": running,
                  "restartCount": self.restart_count, "state": self.state, "lastState": self.last_state}
-        if self.process is not None:
-            entry["containerID"] = f"local://{self.process.pid}"
+        if self.main_pid is not None:
+            entry["containerID"] = f"local://{self.main_pid}"
         return entry
+
+    async def event(self, event_type: str, reason: str, message: str) -> None:
+        await self.worker.kubelet.events.record(self.worker.pod, event_type, reason, message, self.field_path)
 
     async def run(self) -> int:
         """Run (and restart per restartPolicy) until the container stops for good; its last exit code."""
@@ -79,6 +138,9 @@ class ContainerRun:
                 return code
             self.last_state, self.restart_count = self.state, self.restart_count + 1
             self.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {backoff:g}s restarting failed container={self.name}"}}
+            meta = self.worker.pod["metadata"]
+            await self.event(WARNING, "BackOff", f"Back-off restarting failed container {self.name} in pod "
+                                                 f"{meta['name']}_{meta['namespace']}({meta['uid']})")
             await self.worker.report()
             try:
                 await asyncio.wait_for(self.worker.stop_requested.wait(), backoff)
@@ -86,32 +148,83 @@ class ContainerRun:
             except asyncio.TimeoutError:
                 backoff = min(backoff * 2, MAX_RESTART_BACKOFF)
 
+    def _start_error(self, log_path: Path, started: str, message: str) -> int:
+        with log_path.open("a", encoding="utf-8") as log:
+            log.write(logs.format_line(f"local kubelet: cannot start container {self.name}: {message}"))
+        self.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
+                                     "startedAt": started, "finishedAt": now()}}
+        self.exit_code = 128
+        return 128
+
     async def _run_once(self) -> int:
         worker = self.worker
         started = now()
         log_path = logs.container_log_path(worker.kubelet.log_root, worker.pod, self.name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        message_file = termination.local_file(worker.pod_dir, self.name)  # its terminationMessagePath
+        termination.prepare(message_file)
+        log_offset = log_path.stat().st_size if log_path.exists() else 0
         try:
-            argv, env, cwd = await worker.process_spec(self.spec)
-            self.process = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True, limit=1024 * 1024)
+            argv, env, cwd, read_only = await worker.process_spec(self.spec)
         except (OSError, ValueError, ApiStatusError) as error:
-            with log_path.open("a", encoding="utf-8") as log:
-                log.write(logs.format_line(f"local kubelet: cannot start container {self.name}: {error}"))
-            self.state = {"terminated": {"exitCode": 128, "reason": "StartError", "message": str(error),
-                                         "startedAt": started, "finishedAt": now()}}
-            self.exit_code = 128
-            return 128
+            await self.event(WARNING, "Failed", f"Error: {error}")
+            return self._start_error(log_path, started, str(error))
+        env[CONTAINER_MARKER] = self.marker
+        status_read, status_write = os.pipe()
+        shim_argv = [sys.executable, "-I", "-S", str(SHIM), "--status-fd", str(status_write)]
+        for path in read_only:
+            shim_argv += ["--read-only", path]
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *shim_argv, "--", *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True, pass_fds=(status_write,), limit=1024 * 1024)
+        except (OSError, ValueError) as error:
+            os.close(status_read)
+            await self.event(WARNING, "Failed", f"Error: {error}")
+            return self._start_error(log_path, started, str(error))
+        finally:
+            os.close(status_write)
+        report = await asyncio.to_thread(_read_all, status_read)
+        self.main_pid = None
+        failure = None
+        for line in report.splitlines():
+            word, _, rest = line.partition(" ")
+            if word == "started":
+                self.main_pid = int(rest)
+            elif word == "error":
+                failure = rest
+            elif word == "read-only-unenforced":
+                await worker.kubelet.events.record(worker.pod, WARNING, "ReadOnlyNotEnforced",
+                                                   "the local kubelet cannot make readOnly mounts read-only here "
+                                                   f"(no mount namespace: {rest}); the container sees them writable", self.field_path)
+        if self.main_pid is None:
+            await self.process.wait()
+            message = failure or f"the container shim exited with code {self.process.returncode} before starting it"
+            await self.event(WARNING, "Failed", f"Error: {message}")
+            return self._start_error(log_path, started, message)
+        await self.event(NORMAL, "Created", f"Created container: {self.name}")
         self.state = {"running": {"startedAt": started}}
+        await self.event(NORMAL, "Started", f"Started container {self.name}")
         await worker.report()
-        await self._pump(self.process, log_path)
+        pump = asyncio.create_task(self._pump(self.process, log_path))
         returncode = await self.process.wait()
-        self._kill_group(signal.SIGKILL)  # whatever the main process left behind goes with the container
+        if returncode < 0:  # the shim itself was killed: end what it could not
+            await asyncio.to_thread(kill_marked, self.marker)
+        # The shim has ended every process of the container, so the pipe is at its end; whatever
+        # holds it open past that (nothing should) does not keep the container running.
+        try:
+            await asyncio.wait_for(asyncio.shield(pump), PIPE_DRAIN_TIMEOUT)
+        except asyncio.TimeoutError:
+            pump.cancel()
+            await asyncio.gather(pump, return_exceptions=True)
+            logger.warning("container %s of pod %s ended but its output pipe stayed open; stopped reading it",
+                           self.name, worker.pod["metadata"]["name"])
         code = returncode if returncode >= 0 else 128 - returncode
         self.exit_code = code
+        message = termination.read_message(self.spec, message_file, log_path, log_offset, code)
         self.state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                                     "startedAt": started, "finishedAt": now(), "containerID": f"local://{self.process.pid}"}}
+                                     **({"message": message} if message else {}),
+                                     "startedAt": started, "finishedAt": now(), "containerID": f"local://{self.main_pid}"}}
         return code
 
     @staticmethod
@@ -128,23 +241,40 @@ class ContainerRun:
                 log.write(logs.format_line(line.decode("utf-8", errors="replace")))
                 log.flush()
 
-    def _kill_group(self, sig: signal.Signals) -> None:
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def _signal_shim(self, sig: signal.Signals) -> None:
+        if self.process is not None and self.process.returncode is None:
+            try:
+                self.process.send_signal(sig)
+            except ProcessLookupError:
+                pass
 
-    async def stop(self, grace: float) -> None:
-        """SIGTERM to the process group, SIGKILL after the grace period."""
-        if self.process is None or self.process.returncode is not None:
+    async def stop(self, grace: float, announce: bool = True) -> None:
+        """SIGTERM to the main process's group, SIGKILL to it after the grace period (the shim then ends
+        every other process of the container); the shim itself is killed only if it does not end."""
+        if not self.running:
             return
-        self._kill_group(signal.SIGTERM)
+        assert self.process is not None
+        if announce:
+            await self.event(NORMAL, "Killing", f"Stopping container {self.name}")
+        self._signal_shim(signal.SIGTERM)
         try:
-            await asyncio.wait_for(self.process.wait(), max(grace, 0.0))
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), max(grace, 0.0))
+            return
         except asyncio.TimeoutError:
-            self._kill_group(signal.SIGKILL)
+            self._signal_shim(signal.SIGUSR1)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), SHIM_STOP_TIMEOUT)
+        except asyncio.TimeoutError:
+            self._signal_shim(signal.SIGKILL)
+            await asyncio.to_thread(kill_marked, self.marker)
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    with os.fdopen(fd, "rb") as stream:
+        while chunk := stream.read(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 class PodWorker:
@@ -163,38 +293,71 @@ class PodWorker:
         self.stopping = False
         self.phase = "Pending"
         self.started = now()
-        self._paths: PathMap | None = None
+        self.volumes: dict[str, Path] | None = None
         self.task: asyncio.Task | None = None
 
     # --- volumes and processes ---------------------------------------------------------------
 
-    async def _volume_dirs(self) -> dict[str, Path]:
+    async def _set_up_volumes(self) -> dict[str, Path]:
+        """Each volume's local path; MountError as the kubelet's volume manager reports it."""
         dirs: dict[str, Path] = {}
         for volume in self.pod["spec"].get("volumes") or []:
             name = volume["name"]
             if "hostPath" in volume:
                 local = Path(volume["hostPath"]["path"])
-            elif "persistentVolumeClaim" in volume:
-                local = self.kubelet.workdir / "pvc" / volume["persistentVolumeClaim"]["claimName"]
+                check_host_path(name, local, volume["hostPath"].get("type") or "")
             else:
-                local = self.pod_dir / "volumes" / name
-            local.mkdir(parents=True, exist_ok=True)
-            if "configMap" in volume or "secret" in volume:
-                await self._project(volume, local)
+                if "persistentVolumeClaim" in volume:
+                    local = self.kubelet.workdir / "pvc" / volume["persistentVolumeClaim"]["claimName"]
+                else:
+                    local = self.pod_dir / "volumes" / name
+                local.mkdir(parents=True, exist_ok=True)
+                if "configMap" in volume or "secret" in volume:
+                    await self._project(volume, local)
             dirs[name] = local
         return dirs
+
+    async def _mount_volumes(self) -> bool:
+        """Set up the volumes, retrying as the kubelet does while one fails (a `FailedMount` Warning each
+        time, the pod `ContainerCreating`); False when the pod is stopped before they are ready."""
+        wait = MOUNT_RETRY_FIRST
+        while not self.stopping:
+            try:
+                self.volumes = await self._set_up_volumes()
+                return True
+            except MountError as error:
+                await self.kubelet.events.record(self.pod, WARNING, "FailedMount", error.event_message)
+            await self.report()
+            try:
+                await asyncio.wait_for(self.stop_requested.wait(), wait)
+            except asyncio.TimeoutError:
+                wait = min(wait * 2, MOUNT_RETRY_MAX)
+        return False
 
     async def _project(self, volume: dict[str, Any], local: Path) -> None:
         namespace = self.pod["metadata"]["namespace"]
         if "configMap" in volume:
-            source = await self.kubelet.client.get(f"/api/v1/namespaces/{namespace}/configmaps/{volume['configMap']['name']}")
-            files = dict(source.get("data") or {})
+            source_spec, kind, plural, field = volume["configMap"], "configmap", "configmaps", "name"
         else:
-            source = await self.kubelet.client.get(f"/api/v1/namespaces/{namespace}/secrets/{volume['secret']['secretName']}")
-            files = {k: base64.b64decode(v).decode() for k, v in (source.get("data") or {}).items()}
-            files.update(source.get("stringData") or {})
+            source_spec, kind, plural, field = volume["secret"], "secret", "secrets", "secretName"
+        try:
+            source = await self.kubelet.client.get(f"/api/v1/namespaces/{namespace}/{plural}/{source_spec.get(field)}")
+        except ApiStatusError as error:
+            if error.code != 404:
+                raise MountError(volume["name"], str(error)) from None
+            if source_spec.get("optional"):
+                return
+            raise MountError(volume["name"], f'{kind} "{source_spec.get(field)}" not found') from None
+        # Each key becomes a file of its bytes: a ConfigMap's data (text) and binaryData (base64, e.g. a
+        # cluster_launcher function payload), a Secret's data (base64) and stringData.
+        if kind == "configmap":
+            files = {k: str(v).encode("utf-8") for k, v in (source.get("data") or {}).items()}
+            files.update({k: base64.b64decode(v) for k, v in (source.get("binaryData") or {}).items()})
+        else:
+            files = {k: base64.b64decode(v) for k, v in (source.get("data") or {}).items()}
+            files.update({k: str(v).encode("utf-8") for k, v in (source.get("stringData") or {}).items()})
         for key, content in files.items():
-            (local / key).write_text(content, encoding="utf-8")
+            (local / key).write_bytes(content)
 
     async def _env_value(self, entry: dict[str, Any], env: dict[str, str]) -> str:
         if "value" in entry or "valueFrom" not in entry:
@@ -213,11 +376,19 @@ class PodWorker:
             return base64.b64decode((found.get("data") or {}).get(ref["key"], "")).decode()
         raise ValueError(f"unsupported env valueFrom for {entry.get('name')}: {sorted(source)}")
 
-    async def process_spec(self, container: dict[str, Any]) -> tuple[list[str], dict[str, str], str]:
-        """argv, environment and working directory of a container's local process."""
-        volumes = await self._volume_dirs()
-        mounts = [(m["mountPath"], volumes[m["name"]] / m.get("subPath", "")) for m in container.get("volumeMounts") or []
-                  if m.get("name") in volumes]
+    async def process_spec(self, container: dict[str, Any]) -> tuple[list[str], dict[str, str], str, list[str]]:
+        """argv, environment, working directory and read-only paths of a container's local process."""
+        volumes = self.volumes if self.volumes is not None else await self._set_up_volumes()
+        by_name = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
+        mounts, read_only = [], []
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") not in volumes:
+                continue
+            local = volumes[mount["name"]] / mount.get("subPath", "")
+            mounts.append((mount["mountPath"], local))
+            if is_read_only(by_name[mount["name"]], mount) and str(local) not in read_only:
+                read_only.append(str(local))
+        mounts.append((termination.container_path(container), termination.local_file(self.pod_dir, container["name"])))
         paths = PathMap(mounts)
         spec = self.pod["spec"]
         hostname = spec.get("hostname") or self.pod["metadata"]["name"]
@@ -243,7 +414,7 @@ class PodWorker:
         argv[0] = executable
         cwd = paths.local(container["workingDir"]) if container.get("workingDir") else str(self.pod_dir)
         Path(cwd).mkdir(parents=True, exist_ok=True)
-        return argv, env, cwd
+        return argv, env, cwd, read_only
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -251,6 +422,8 @@ class PodWorker:
         try:
             self.pod_dir.mkdir(parents=True, exist_ok=True)
             await self.report()
+            if not await self._mount_volumes():
+                return
             for init in self.init_containers:  # one after another, each to success
                 if await init.run() != 0 or self.stopping:
                     self.phase = POD_FAILED
@@ -268,7 +441,12 @@ class PodWorker:
     async def stop(self, grace: float) -> None:
         self.stopping = True
         self.stop_requested.set()
-        await asyncio.gather(*(c.stop(grace) for c in self.init_containers + self.containers))
+        announce = not self.kubelet.shutting_down
+        await asyncio.gather(*(c.stop(grace, announce) for c in self.init_containers + self.containers))
+
+    @property
+    def running_pids(self) -> list[int]:
+        return [c.main_pid for c in self.init_containers + self.containers if c.running and c.main_pid is not None]
 
     async def report(self) -> None:
         statuses = [c.status() for c in self.containers]
@@ -296,15 +474,20 @@ class PodWorker:
 
 class Kubelet:
     def __init__(self, client: Client, node_name: str, workdir: Path, capacity: dict[str, str],
-                 entrypoints: dict[str, list[str]] | None = None):
+                 entrypoints: dict[str, list[str]] | None = None, keep_logs: bool = False, simulate: bool = False):
+        """`simulate`: every pod is a simulated one (`simulated.py`); else only those that ask for it."""
         self.client = client
+        self.simulate = simulate
         self.node_name = node_name
         self.workdir = workdir
         self.log_root = workdir / "logs"
         self.capacity = capacity
         self.entrypoints = {**DEFAULT_ENTRYPOINTS, **(entrypoints or {})}
+        self.keep_logs = keep_logs  # keep a deleted pod's log files (its directory goes either way)
         self.ports = PortMap()
         self.workers: dict[str, PodWorker] = {}
+        self.events = EventRecorder(client, "kubelet", node_name)
+        self.shutting_down = False
 
     async def register_node(self) -> None:
         labels = {"kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
@@ -337,14 +520,15 @@ class Kubelet:
     async def _handle(self, event_type: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]
         worker = self.workers.get(uid)
-        if event_type == "DELETED":
-            if worker:
-                await worker.stop(0)
-            self.workers.pop(uid, None)
+        if event_type == "DELETED":  # gone from the API (force-deleted, or finished and deleted): end it here too
+            if worker is None:
+                self.remove_pod_files(pod)
+            else:
+                asyncio.create_task(self._end_deleted(worker, pod))
             return
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
         if worker is None and not deleting and pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES:
-            worker = self.workers[uid] = PodWorker(self, pod)
+            worker = self.workers[uid] = self._new_worker(pod)
             worker.task = asyncio.create_task(worker.run())
         elif deleting and worker is not None and not worker.stopping:
             asyncio.create_task(worker.stop(float(pod["metadata"].get("deletionGracePeriodSeconds") or 0)))
@@ -353,8 +537,24 @@ class Kubelet:
         if worker is not None and (worker.task is None or worker.task.done()) and deleting:
             await self._delete_now(pod)
 
+    def _new_worker(self, pod: dict[str, Any]) -> PodWorker:
+        from . import simulated  # it builds on PodWorker
+
+        if self.simulate or simulated.requested(pod):
+            return simulated.SimulatedPodWorker(self, pod)
+        return PodWorker(self, pod)
+
+    async def _end_deleted(self, worker: PodWorker, pod: dict[str, Any]) -> None:
+        await worker.stop(0)
+        if worker.task is not None:
+            await asyncio.wait([worker.task], timeout=SHIM_STOP_TIMEOUT + 5)
+        if self.workers.get(worker.uid) is worker:
+            del self.workers[worker.uid]
+        self.remove_pod_files(pod)
+
     async def finish_deletion(self, worker: PodWorker) -> None:
-        await self._delete_now(worker.pod)
+        if not self.shutting_down:  # a node going down leaves its pods (and their files) as they are
+            await self._delete_now(worker.pod)
 
     async def _delete_now(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -362,12 +562,26 @@ class Kubelet:
             await self.client.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                                      {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
         except ApiStatusError as error:
-            if error.code not in (404, 409):
+            if error.code not in (404, 409):  # gone already, or another pod of that name (this one is gone)
                 raise
         self.workers.pop(meta["uid"], None)
+        self.remove_pod_files(pod)
+
+    def remove_pod_files(self, pod: dict[str, Any]) -> None:
+        """A deleted pod's directory (volumes, tmp) goes, and its logs unless `keep_logs`, as a kubelet
+        removes a deleted pod's directories; only once none of its processes runs any more."""
+        meta = pod["metadata"]
+        worker = self.workers.get(meta["uid"])
+        if worker is not None and worker.running_pids:
+            return
+        self.events.forget(meta["uid"])
+        shutil.rmtree(self.workdir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}", ignore_errors=True)
+        if not self.keep_logs:
+            shutil.rmtree(logs.pod_log_dir(self.log_root, pod), ignore_errors=True)
 
     async def shutdown(self, grace: float = 2.0) -> None:
-        """Stop every process this kubelet started (cluster shutdown)."""
+        """Stop every process this kubelet started (cluster shutdown); pods and their files stay."""
+        self.shutting_down = True
         workers = list(self.workers.values())
         await asyncio.gather(*(w.stop(grace) for w in workers), return_exceptions=True)
         # Let each worker report its last status while the API client is still open.

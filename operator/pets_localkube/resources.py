@@ -66,6 +66,8 @@ BUILTIN_TYPES = [
     _builtin("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short_names=["pvc"], subresources=("status",)),
     _builtin("events.k8s.io", "v1", "events", "Event", short_names=["ev"]),
     _builtin("coordination.k8s.io", "v1", "leases", "Lease"),
+    # Stored and served (the operator creates one per job), never enforced: local pods share the host network.
+    _builtin("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short_names=["netpol"]),
     _builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
              namespaced=False, short_names=["crd", "crds"], subresources=("status",)),
 ]

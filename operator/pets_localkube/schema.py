@@ -4,10 +4,11 @@ Order as in the apiextensions server: prune unknown fields, apply `default`s, th
 OpenAPI v3.0 schemas are draft-4 JSON schemas in the parts a structural CRD may use (boolean
 `exclusiveMinimum`, `nullable`, `x-kubernetes-*` extensions), so validation runs on jsonschema's
 Draft4Validator after a small translation; error messages are rendered in the Kubernetes style.
+Then the schema's CEL rules (`x-kubernetes-validations`, `celrules`), with the old object on
+updates for the transition rules, unless a schema error already blocks them.
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 from typing import Any, Iterable
@@ -16,6 +17,8 @@ import jsonschema
 
 # Defaulting as the API server does it: one implementation, shared with the operator's spec.
 from pets_operator.contract import apply_schema_defaults as apply_defaults
+
+from . import celrules
 
 # The root fields the API server handles itself; never pruned nor validated by the schema.
 _ROOT_META = ("apiVersion", "kind", "metadata")
@@ -52,7 +55,7 @@ def _to_draft4(schema: Any, root: bool = True) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _to_draft4(v, root=False) for k, v in schema.items()
-           if k not in ("default", "description", "example", "x-kubernetes-int-or-string")}
+           if k not in ("default", "description", "example", "x-kubernetes-int-or-string", "x-kubernetes-validations")}
     for keyword in ("properties", "patternProperties", "definitions"):
         if keyword in schema:
             out[keyword] = {k: _to_draft4(v, root=False) for k, v in schema[keyword].items()}
@@ -137,11 +140,12 @@ def _cause(error: jsonschema.ValidationError) -> dict[str, str]:
 
 
 class CustomResourceSchema:
-    """The checks of one served version of a CRD."""
+    """The checks of one served version of a CRD; `celrules.InvalidRules` when its rules are refused."""
 
     def __init__(self, open_api_v3_schema: dict[str, Any]):
         self.schema = open_api_v3_schema
         self._validator = jsonschema.Draft4Validator(_to_draft4(open_api_v3_schema), format_checker=_FORMATS)
+        self.rules = celrules.compile_rules(open_api_v3_schema)
 
     def prune(self, obj: dict[str, Any]) -> list[str]:
         return prune(obj, self.schema)
@@ -149,7 +153,15 @@ class CustomResourceSchema:
     def default(self, obj: dict[str, Any]) -> None:
         apply_defaults(obj, self.schema)
 
-    def validate(self, obj: dict[str, Any]) -> list[dict[str, str]]:
-        """Kubernetes-style causes, empty when the object is valid."""
+    def validate(self, obj: dict[str, Any], old: dict[str, Any] | None = None,
+                 warnings: list[str] | None = None) -> list[dict[str, str]]:
+        """Kubernetes-style causes, empty when the object is valid. `old`: the stored object, on
+        updates (transition rules run only then); ratcheted rule failures are added to `warnings`."""
         errors = sorted(self._validator.iter_errors(obj), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
-        return [_cause(e) for e in errors]
+        causes = [_cause(e) for e in errors]
+        if self.rules is not None:
+            if any(c["reason"] in celrules.BLOCKING_REASONS for c in causes):
+                causes.append(dict(celrules.BLOCKED_CAUSE))
+            else:
+                causes += self.rules.validate(obj, old, warnings)
+        return causes

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import errors, logs, openapi
+from . import errors, logs, openapi, protobuf
+from .apimetrics import RequestCounter
 from .collector import Collector
 from .resources import Registry, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
@@ -32,6 +33,10 @@ SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pets-local
                   "gitCommit": "local", "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z",
                   "goVersion": "go1.23", "compiler": "gc"}
 LOG_POLL_INTERVAL = 0.1
+DRY_RUN_ALL = "All"  # the one dryRun value the API defines
+# Request body media types (a PATCH's own types are checked by patch.apply_patch).
+_JSON_TYPES = ("", "application/json", "*/*")
+_YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 
 
 @dataclass
@@ -58,11 +63,12 @@ class ApiServer:
         self.log_root = log_root
         self.closing = asyncio.Event()
         self._collector_task: asyncio.Task | None = None
+        self.requests = RequestCounter()  # served at /metrics
 
     # --- application -----------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors], client_max_size=64 * 1024 * 1024)
+        app = web.Application(middlewares=[self.requests.middleware, self._errors], client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         app.on_startup.append(self._start)
         app.on_shutdown.append(self._shutdown)
@@ -85,8 +91,14 @@ class ApiServer:
             return _json(error.status(), status=error.code)
         except web.HTTPException:
             raise
-        except (ConnectionResetError, asyncio.CancelledError):
+        except asyncio.CancelledError:
             raise
+        except ConnectionError as error:
+            # The client went away mid-answer (a watch or `logs -f` closed; aiohttp's ClientConnectionResetError
+            # is a ConnectionError): nothing to report. Raised on, aiohttp would log it with a traceback; a
+            # response returned is written to the closed connection, which aiohttp ignores quietly.
+            logger.debug("%s %s: the client went away (%s)", request.method, request.path, error)
+            return web.Response(status=499)  # "client closed request"; it reaches nobody
         except Exception as error:  # answered as a Status, logged here with the traceback
             logger.exception("internal error on %s %s", request.method, request.path)
             return _json(errors.ApiError(500, "InternalError", f"Internal error occurred: {error}").status(), status=500)
@@ -139,6 +151,8 @@ class ApiServer:
             return _json(SERVER_VERSION)
         if path in ("/healthz", "/readyz", "/livez"):
             return web.Response(text="ok")
+        if path == "/metrics":
+            return self.requests.response()
         if path == "/api":
             return await self._api_versions(request)
         if path == "/apis":
@@ -157,7 +171,9 @@ class ApiServer:
             if method == "GET":
                 return await (self._watch(request, target) if query_flag(query, "watch") else self._list(request, target))
             if method == "POST":
-                obj, warnings = storage.create(resource, target.namespace, await self._body(request), target.version, strict)
+                dry_run = self._dry_run(request, "CreateOptions")
+                obj, warnings = storage.create(resource, target.namespace, await self._body(request), target.version, strict,
+                                               dry_run=dry_run)
                 return _json(obj, 201, warnings)
             if method == "DELETE":
                 return await self._delete_collection(request, target)
@@ -169,23 +185,50 @@ class ApiServer:
         if target.subresource == "binding":
             if method != "POST":
                 raise errors.method_not_allowed()
+            if self._dry_run(request, "CreateOptions"):
+                raise errors.bad_request("dryRun is not supported for pods/binding by the local API server")
             return _json(storage.bind(target.namespace, target.name, await self._body(request)), 201)
         if method == "GET":
-            return _json(storage._versioned(storage.get(resource, target.namespace, target.name), resource, target.version))
+            obj = storage._versioned(storage.get(resource, target.namespace, target.name), resource, target.version)
+            if wants_table(request.headers.get("Accept", "")):
+                # `kubectl get KIND NAME` asks for a Table as `kubectl get KIND` does: the same columns.
+                return _json(to_table(resource, target.version, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                                      include_object=query.get("includeObject")))
+            return _json(obj)
         if method == "PUT":
+            dry_run = self._dry_run(request, "UpdateOptions")
             obj, warnings = storage.update(resource, target.namespace, target.name, await self._body(request),
-                                           target.subresource, target.version, strict)
+                                           target.subresource, target.version, strict, dry_run=dry_run)
             return _json(obj, 200, warnings)
         if method == "PATCH":
+            dry_run = self._dry_run(request, "PatchOptions")
             content_type = request.headers.get("Content-Type", "")
             obj, warnings = storage.patch(resource, target.namespace, target.name, content_type, await self._body(request),
-                                          target.subresource, target.version, strict)
+                                          target.subresource, target.version, strict, dry_run=dry_run)
             return _json(obj, 200, warnings)
         if method == "DELETE":
             if target.subresource:
                 raise errors.method_not_allowed()
-            return _json(storage.delete(resource, target.namespace, target.name, await self._delete_options(request)))
+            options = await self._delete_options(request)
+            dry_run = self._dry_run(request, "DeleteOptions", options.get("dryRun"))
+            return _json(storage.delete(resource, target.namespace, target.name, options, dry_run=dry_run))
         raise errors.method_not_allowed()
+
+    @staticmethod
+    def _dry_run(request: web.Request, options_kind: str, in_body: Any = None) -> bool:
+        """`dryRun` from the query (and a DeleteOptions body): absent -> False, `All` -> True, else 422
+        as a real API server answers (its handlers validate the CreateOptions/UpdateOptions/... first)."""
+        values = list(request.query.getall("dryRun", []))
+        if isinstance(in_body, list):
+            values += [str(v) for v in in_body]
+        if not values:
+            return False
+        if any(value != DRY_RUN_ALL for value in values):
+            listed = ", ".join(json.dumps(value) for value in values)
+            raise errors.invalid(options_kind, "meta.k8s.io", "", [{
+                "reason": "FieldValueNotSupported", "field": "dryRun",
+                "message": f'Unsupported value: []string{{{listed}}}: supported values: "{DRY_RUN_ALL}"'}])
+        return True
 
     def _openapi(self, path: str) -> web.Response:
         parts = [p for p in path.split("/") if p]
@@ -207,21 +250,40 @@ class ApiServer:
         raw = await request.read()
         if not raw:
             raise errors.bad_request("the request body is empty")
+        return self._decode(request.headers.get("Content-Type", ""), raw, "the request body")
+
+    @staticmethod
+    def _decode(content_type: str, raw: bytes, what: str) -> Any:
+        """A request body by its media type: JSON (also the patch types `*+json`), YAML, or Kubernetes
+        protobuf for the kinds `protobuf` reads; anything else is 415, as a real API server answers."""
+        media = content_type.split(";")[0].strip().lower()
+        if media == protobuf.MEDIA_TYPE:
+            try:
+                return protobuf.decode(raw)
+            except protobuf.UnsupportedKind as unsupported:
+                raise errors.ApiError(415, "UnsupportedMediaType",
+                                      f"the local API server reads {protobuf.MEDIA_TYPE} bodies only for "
+                                      f"{', '.join(protobuf.supported_kinds())}, not {unsupported.api_version} {unsupported.kind}; "
+                                      "send this object as application/json") from None
+            except protobuf.ProtobufError as error:
+                raise errors.bad_request(f"{what} could not be decoded as {protobuf.MEDIA_TYPE}: {error}") from None
         try:
-            if "yaml" in request.headers.get("Content-Type", ""):
+            if media in _YAML_TYPES or media.endswith("+yaml"):
                 return yaml.safe_load(raw)
-            return json.loads(raw)
+            if media in _JSON_TYPES or media.endswith("+json"):
+                return json.loads(raw)
         except (ValueError, yaml.YAMLError) as error:
-            raise errors.bad_request(f"the request body could not be decoded: {error}") from None
+            raise errors.bad_request(f"{what} could not be decoded: {error}") from None
+        raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types "
+                              f"include: application/json, application/yaml, {protobuf.MEDIA_TYPE}")
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
         options: dict[str, Any] = {}
         raw = await request.read()
         if raw:
-            try:
-                options = json.loads(raw) or {}
-            except ValueError as error:
-                raise errors.bad_request(f"the DeleteOptions could not be decoded: {error}") from None
+            options = self._decode(request.headers.get("Content-Type", ""), raw, "the DeleteOptions") or {}
+            if not isinstance(options, dict):
+                raise errors.bad_request("the DeleteOptions must be an object")
         for name in ("propagationPolicy", "gracePeriodSeconds", "orphanDependents"):
             if name in request.query:
                 value: Any = request.query[name]
@@ -244,17 +306,18 @@ class ApiServer:
         items = self._items(request, target)
         meta = {"resourceVersion": str(self.store.resource_version)}
         if wants_table(request.headers.get("Accept", "")):
-            return _json(to_table(target.resource, target.version, items, meta))
+            return _json(to_table(target.resource, target.version, items, meta, include_object=request.query.get("includeObject")))
         return _json({"kind": target.resource.list_kind, "apiVersion": target.resource.api_version(target.version),
                       "metadata": meta, "items": items})
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         options = await self._delete_options(request)
+        dry_run = self._dry_run(request, "DeleteOptions", options.get("dryRun"))
         deleted = []
         for obj in self._items(request, target):
             meta = obj["metadata"]
             try:
-                deleted.append(self.storage.delete(target.resource, meta.get("namespace"), meta["name"], options))
+                deleted.append(self.storage.delete(target.resource, meta.get("namespace"), meta["name"], options, dry_run=dry_run))
             except errors.ApiError as error:
                 if error.code != 404:
                     raise

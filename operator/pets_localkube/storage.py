@@ -24,6 +24,7 @@ CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY = ("", "namespaces")
 POD_KEY = ("", "pods")
 SERVICE_KEY = ("", "services")
+SECRET_KEY = ("", "secrets")
 # The pod phases a pod never leaves (the kubelet, scheduler and API server all use this one).
 POD_SUCCEEDED, POD_FAILED = "Succeeded", "Failed"
 TERMINAL_POD_PHASES = (POD_SUCCEEDED, POD_FAILED)
@@ -40,6 +41,8 @@ _NAME_RULES: dict[tuple[str, str], tuple[Callable[[str], bool], int, str]] = {
 _SUBDOMAIN_RULE = (is_dns1123_subdomain, DNS1123_SUBDOMAIN_MAX,
                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
                    "and must start and end with an alphanumeric character")
+# The hostPath volume types the API accepts ("" = no check), as `kubectl explain pod.spec.volumes.hostPath.type` lists them.
+HOST_PATH_TYPES = ("", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice")
 # Set by the API server while a namespace or CRD is emptied before it goes.
 CLEANUP_FINALIZERS = {NAMESPACE_KEY: "kubernetes", CRD_KEY: "customresourcecleanup.apiextensions.k8s.io"}
 
@@ -76,8 +79,13 @@ class Storage:
     # --- creating ----------------------------------------------------------------------------
 
     def create(self, resource: ResourceType, namespace: str | None, body: Any, version: str | None = None,
-               strict: bool = False) -> tuple[Obj, list[str]]:
-        """The stored object and the warnings (pruned unknown fields)."""
+               strict: bool = False, dry_run: bool = False) -> tuple[Obj, list[str]]:
+        """The stored object and the warnings (pruned unknown fields).
+
+        With `dry_run` (`?dryRun=All`) everything up to the write runs, names, defaults and admission
+        included, and the answer is what would have been stored, without a resourceVersion, as a
+        real API server's dry-run create answers.
+        """
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
         obj = copy.deepcopy(body)
@@ -108,8 +116,12 @@ class Storage:
             obj.pop("status", None)
         for system_field in ("deletionTimestamp", "deletionGracePeriodSeconds", "resourceVersion", "managedFields"):
             meta.pop(system_field, None)
+        service_ips = self._service_ips
         warnings = self._admit(resource, obj, version, strict, created=True)
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
+        if dry_run:
+            self._service_ips = service_ips  # a dry run allocates nothing
+            return self._versioned(obj, resource, version), warnings
         meta["resourceVersion"] = str(self.store.next_resource_version())
         self.store.put(resource.key, obj)
         self._on_stored(resource, obj)
@@ -127,7 +139,9 @@ class Storage:
 
     # --- admission: defaults and validation per type -----------------------------------------
 
-    def _admit(self, resource: ResourceType, obj: Obj, version: str | None, strict: bool, created: bool) -> list[str]:
+    def _admit(self, resource: ResourceType, obj: Obj, version: str | None, strict: bool, created: bool,
+               old: Obj | None = None) -> list[str]:
+        """`old`: the stored object, on updates (the CRD's transition rules compare with it)."""
         warnings: list[str] = []
         if resource.is_custom:
             schema = resource.schemas[version or resource.versions[0]]
@@ -137,7 +151,7 @@ class Storage:
                                          "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in pruned))
             warnings = [f'unknown field "{p}"' for p in pruned]
             schema.default(obj)
-            causes = schema.validate(obj)
+            causes = schema.validate(obj, old, warnings)
             if causes:
                 raise errors.invalid(resource.kind, resource.group, obj["metadata"].get("name", ""), causes)
         elif resource.key == POD_KEY:
@@ -146,6 +160,8 @@ class Storage:
             self._admit_service(obj)
         elif resource.key == NAMESPACE_KEY and created:
             obj["status"] = {"phase": "Active"}
+        elif resource.key == SECRET_KEY and not obj.get("type"):
+            obj["type"] = "Opaque"  # the API's default for a Secret
         elif resource.key == CRD_KEY:
             self._admit_crd(obj)
         return warnings
@@ -160,6 +176,7 @@ class Storage:
             for required in ("name", "image"):
                 if not container.get(required):
                     raise errors.invalid("Pod", "", name, [{"reason": "FieldValueRequired", "field": f"spec.containers[{index}].{required}", "message": "Required value"}])
+        self._admit_pod_volumes(name, spec)
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("terminationGracePeriodSeconds", 30)
         spec.setdefault("schedulerName", "default-scheduler")
@@ -168,10 +185,30 @@ class Storage:
         if created:
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
 
+    @staticmethod
+    def _admit_pod_volumes(name: str, spec: Obj) -> None:
+        """hostPath volumes: `type` defaults to "" and must be a known one, `path` is required (no `..`)."""
+        for index, volume in enumerate(spec.get("volumes") or []):
+            host = volume.get("hostPath") if isinstance(volume, dict) else None
+            if not isinstance(host, dict):
+                continue
+            field = f"spec.volumes[{index}].hostPath"
+            host.setdefault("type", "")
+            if host["type"] not in HOST_PATH_TYPES:
+                supported = ", ".join(f'"{t}"' for t in sorted(HOST_PATH_TYPES))
+                raise errors.invalid("Pod", "", name, [{"reason": "FieldValueNotSupported", "field": f"{field}.type",
+                                                        "message": f'Unsupported value: "{host["type"]}": supported values: {supported}'}])
+            path = host.get("path")
+            if not path:
+                raise errors.invalid("Pod", "", name, [{"reason": "FieldValueRequired", "field": f"{field}.path", "message": "Required value"}])
+            if ".." in str(path).split("/"):
+                raise errors.invalid("Pod", "", name, [{"reason": "FieldValueInvalid", "field": f"{field}.path",
+                                                        "message": f"Invalid value: \"{path}\": must not contain '..'"}])
+
     def _admit_service(self, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
         spec.setdefault("type", "ClusterIP")
-        if "clusterIP" not in spec:
+        if "clusterIP" not in spec and spec["type"] != "ExternalName":  # an ExternalName service gets no cluster IP
             self._service_ips += 1
             spec["clusterIP"] = f"10.96.{self._service_ips // 250}.{self._service_ips % 250 + 2}"
         for port in spec.get("ports") or []:
@@ -212,7 +249,7 @@ class Storage:
     # --- updating ----------------------------------------------------------------------------
 
     def update(self, resource: ResourceType, namespace: str | None, name: str, body: Any, subresource: str | None = None,
-               version: str | None = None, strict: bool = False) -> tuple[Obj, list[str]]:
+               version: str | None = None, strict: bool = False, dry_run: bool = False) -> tuple[Obj, list[str]]:
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
         current = self.get(resource, namespace, name)
@@ -223,16 +260,17 @@ class Storage:
         body_name = (body.get("metadata") or {}).get("name")
         if body_name and body_name != name:
             raise errors.bad_request(f'the name of the object ({body_name}) does not match the name on the URL ({name})')
-        return self._replace(resource, current, copy.deepcopy(body), subresource, version, strict)
+        return self._replace(resource, current, copy.deepcopy(body), subresource, version, strict, dry_run)
 
     def patch(self, resource: ResourceType, namespace: str | None, name: str, content_type: str, patch: Any,
-              subresource: str | None = None, version: str | None = None, strict: bool = False) -> tuple[Obj, list[str]]:
+              subresource: str | None = None, version: str | None = None, strict: bool = False,
+              dry_run: bool = False) -> tuple[Obj, list[str]]:
         current = self.get(resource, namespace, name)
         patched = apply_patch(content_type, self._versioned(current, resource, version), patch)
-        return self._replace(resource, current, patched, subresource, version, strict)
+        return self._replace(resource, current, patched, subresource, version, strict, dry_run)
 
     def _replace(self, resource: ResourceType, current: Obj, new: Obj, subresource: str | None,
-                 version: str | None, strict: bool) -> tuple[Obj, list[str]]:
+                 version: str | None, strict: bool, dry_run: bool = False) -> tuple[Obj, list[str]]:
         name = current["metadata"]["name"]
         new_meta = new.get("metadata")
         if not isinstance(new_meta, dict):
@@ -263,13 +301,15 @@ class Storage:
         new["apiVersion"], new["kind"] = resource.api_version(version), resource.kind
         new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
         new["metadata"].pop("managedFields", None)
-        warnings = self._admit(resource, new, version, strict, created=False)
+        warnings = self._admit(resource, new, version, strict, created=False, old=current)
         if resource.key == POD_KEY and subresource != "status":
             self._keep_immutable_pod_fields(current, new)
         if _content(new) != _content(current):
             new["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
         if self._stored_form(new) == self._stored_form(current):
             return self._versioned(current, resource, version), warnings  # no-op: no new resourceVersion, no event
+        if dry_run:  # what would be stored, with the current resourceVersion, as a real dry-run update answers
+            return self._versioned(new, resource, version), warnings
         new["metadata"]["resourceVersion"] = str(self.store.next_resource_version())
         self.store.put(resource.key, new)
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and not self._held(resource, new):
@@ -304,7 +344,12 @@ class Storage:
 
     # --- deleting ----------------------------------------------------------------------------
 
-    def delete(self, resource: ResourceType, namespace: str | None, name: str, options: dict[str, Any]) -> Obj:
+    def delete(self, resource: ResourceType, namespace: str | None, name: str, options: dict[str, Any],
+               dry_run: bool = False) -> Obj:
+        """The deleted object, or the object marked for deletion (finalizers, grace period).
+
+        With `dry_run` the answer is the same and nothing changes: `current` is the store's copy.
+        """
         current = self.get(resource, namespace, name)
         meta = current["metadata"]
         preconditions = options.get("preconditions") or {}
@@ -320,6 +365,8 @@ class Storage:
             finalizers.append("orphan")
         grace = self._grace_period(resource, current, options)
         if not finalizers and not grace and not self._held(resource, current):
+            if dry_run:
+                return self._versioned(current, resource, None)
             return self._versioned(self.store.remove(resource.key, current), resource, None)
         changed = False
         if finalizers != list(meta.get("finalizers") or []):
@@ -333,6 +380,8 @@ class Storage:
             meta["deletionGracePeriodSeconds"], changed = grace, True
         if resource.key == NAMESPACE_KEY:
             current.setdefault("status", {})["phase"] = "Terminating"
+        if dry_run:
+            return self._versioned(current, resource, None)
         if grace == 0 and not finalizers and resource.key == POD_KEY:
             return self._versioned(self.store.remove(resource.key, current), resource, None)
         if changed:

@@ -82,6 +82,11 @@ class Store:
     def exists_uid(self, uid: str) -> bool:
         return uid in self._uids
 
+    def peek_uid(self, uid: str) -> Obj | None:
+        """The stored object of that uid itself (read only), None when there is none."""
+        found = self._uids.get(uid)
+        return None if found is None else self._objects[found[0]].get(found[1:])
+
     def put(self, key: Key, obj: Obj) -> Obj:
         """Store a created or changed object whose metadata.resourceVersion is already stamped."""
         meta = obj["metadata"]

@@ -134,9 +134,25 @@ def columns_for(resource: ResourceType, version: str):
     return _default_columns()
 
 
-def to_table(resource: ResourceType, version: str, objects: list[Obj], list_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def _row_object(obj: Obj, include_object: str | None) -> dict[str, Any] | None:
+    """What a row carries per `includeObject`: `Metadata` (the default), `Object`, or `None`."""
+    if include_object == "None":
+        return None
+    if include_object == "Object":
+        return obj
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+
+
+def to_table(resource: ResourceType, version: str, objects: list[Obj], list_meta: dict[str, Any] | None = None,
+             include_object: str | None = None) -> dict[str, Any]:
+    """A list, one object (`kubectl get KIND NAME`) or one watch event: the same columns for each."""
     columns, cells = columns_for(resource, version)
-    rows = [{"cells": cells(obj), "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
-                                             "metadata": obj["metadata"]}} for obj in objects]
+    rows = []
+    for obj in objects:
+        row: dict[str, Any] = {"cells": cells(obj)}
+        carried = _row_object(obj, include_object)
+        if carried is not None:
+            row["object"] = carried
+        rows.append(row)
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_meta or {},
             "columnDefinitions": columns, "rows": rows}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -25,6 +26,8 @@ from . import errors
 from .resources import ResourceType
 from .store import Change, Obj, Store, Watcher
 from .tables import to_table, wants_table
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_WATCH_TIMEOUT = 1800.0
 BOOKMARK_INTERVAL = 30.0
@@ -63,6 +66,7 @@ class WatchOptions:
     bookmarks: bool  # allowWatchBookmarks
     timeout: float  # timeoutSeconds
     table: bool  # objects as Table rows (kubectl get -w)
+    include_object: str | None = None  # includeObject of the Table rows
 
     @classmethod
     def parse(cls, query: Mapping[str, str], accept: str) -> "WatchOptions":
@@ -71,7 +75,8 @@ class WatchOptions:
         if since and not since.isdigit():
             raise errors.bad_request(f'invalid resource version "{since}"')
         return cls(since=since, send_initial=query_flag(query, "sendInitialEvents"),
-                   bookmarks=query_flag(query, "allowWatchBookmarks"), timeout=timeout, table=wants_table(accept))
+                   bookmarks=query_flag(query, "allowWatchBookmarks"), timeout=timeout, table=wants_table(accept),
+                   include_object=query.get("includeObject"))
 
     @property
     def starts_with_list(self) -> bool:
@@ -103,6 +108,9 @@ class WatchStream:
             elif not await self._replay():
                 return self.response
             await self._send_live(watcher)
+            return self.response
+        except ConnectionError as error:  # the client went away (aiohttp's ClientConnectionResetError is one)
+            logger.debug("watch of %s: the client went away (%s)", self.resource.plural, error)
             return self.response
         finally:
             self.store.unsubscribe(watcher)
@@ -170,7 +178,7 @@ class WatchStream:
 
     def _encode(self, event_type: str, obj: dict[str, Any]) -> bytes:
         if self.options.table and event_type in OBJECT_EVENTS:
-            obj = to_table(self.resource, self.version, [obj])
+            obj = to_table(self.resource, self.version, [obj], include_object=self.options.include_object)
         return event_line(event_type, obj)
 
     def _encode_changes(self, changes: list[Change]) -> bytes:

@@ -1,21 +1,31 @@
-"""The bodies of the objects a PetsTrainingJob owns: headless Service and one pod per node (pure).
+"""The bodies of the objects a PetsTrainingJob owns: headless Service, NetworkPolicy, one pod per node (pure).
+
+With spec.gangScheduling also the gang scheduler's PodGroup; with a Kueue queue the pods carry
+Kueue's plain-Pod group labels, annotations and admission gate (`_scheduling`).
 
 `spec` is always the spec with defaults applied (`spec.with_defaults`) and already validated.
 """
 from __future__ import annotations
 
 import posixpath
+from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
 from pets_operator import API_VERSION, KIND
 
 from . import contract, names
-from .spec import DATA_MOUNT_PATH
+from .quantities import parse_quantity
+from .spec import FUNCTION_MOUNT_PATH, HOME_MOUNT_PATH, TMP_MOUNT_PATH, data_mount_path
+from .validation import DATA_SOURCES
 
 CONTAINER_NAME = "trainer"
 RENDEZVOUS_PORT_NAME = "rendezvous"
 RUN_AS_USER = 10001  # the trainer image's non-root user (USER 10001:10001 in trainer_image/Dockerfile)
 SHM_MOUNT_PATH = "/dev/shm"
+# Kubernetes' default path; the trainer writes its one-line error there (TERMINATION_MESSAGE_PATH), and
+# FallbackToLogsOnError gives the log's tail when it did not (a crash, a kill).
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -24,9 +34,21 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
-def data_dir(spec: Mapping[str, Any]) -> str:
+def has_data(spec: Mapping[str, Any]) -> bool:
+    """Whether the job has a data volume (a job with spec.function may have none)."""
+    return any((spec.get("data") or {}).get(source) is not None for source in DATA_SOURCES)
+
+
+def data_dir(spec: Mapping[str, Any]) -> str | None:
+    if not has_data(spec):
+        return None
     path = (spec.get("data") or {}).get("path") or ""
-    return posixpath.normpath(posixpath.join(DATA_MOUNT_PATH, path))
+    return posixpath.normpath(posixpath.join(data_mount_path(spec), path))
+
+
+def function_file(spec: Mapping[str, Any]) -> str | None:
+    function = spec.get("function")
+    return None if function is None else posixpath.join(FUNCTION_MOUNT_PATH, function["key"])
 
 
 def checkpoint_dir(spec: Mapping[str, Any]) -> str | None:
@@ -34,8 +56,12 @@ def checkpoint_dir(spec: Mapping[str, Any]) -> str | None:
     return None if checkpoint is None else checkpoint["path"]
 
 
-def pod_env(job: str, namespace: str, index: int, spec: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The contract's variables (`contract.ENTRIES`, in its order), then the spec's extra env."""
+def pod_env(job: str, namespace: str, index: int, spec: Mapping[str, Any],
+            uid: str | None = None) -> list[dict[str, str]]:
+    """The contract's variables (`contract.ENTRIES`, in its order), then the spec's extra env.
+
+    `uid` is the job's metadata.uid: its checkpoints record it (JOB_UID).
+    """
     num_nodes, per_node = int(spec["numNodes"]), int(spec["processesPerNode"])
     values = contract.environment(spec, derived={
         "MASTER_ADDR": names.master_addr(job, namespace),
@@ -44,7 +70,14 @@ def pod_env(job: str, namespace: str, index: int, spec: Mapping[str, Any]) -> li
         "WORLD_SIZE": num_nodes * per_node,
         "DATA_DIR": data_dir(spec),
         "CHECKPOINT_DIR": checkpoint_dir(spec),
+        "JOB_UID": uid,
+        "JOB_NAME": job,
+        "JOB_NAMESPACE": namespace,
+        "FUNCTION_FILE": function_file(spec),
         "PYTHONUNBUFFERED": 1,
+        "HOME": HOME_MOUNT_PATH,
+        "XDG_CACHE_HOME": posixpath.join(HOME_MOUNT_PATH, ".cache"),
+        "TERMINATION_MESSAGE_PATH": TERMINATION_MESSAGE_PATH,
     })
     env = [{"name": key, "value": value} for key, value in values.items()]
     env += [{"name": item["name"], "value": str(item.get("value", ""))} for item in spec.get("env") or []]
@@ -73,6 +106,33 @@ def service_body(job: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, A
     }
 
 
+def network_policy_body(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Ingress to the job's pods only from the job's own pods (the operator reads logs through the API server).
+
+    torch.distributed's rendezvous store on pod 0 (masterPort) accepts any connection, and the
+    collectives (gloo, NCCL) then connect the pods to each other on ports of their own choosing, so
+    the policy admits every port between the job's pods and nothing from anywhere else. Egress is
+    left alone (DNS, data and checkpoint storage). It selects by the job-name label, the one every
+    pod of every attempt carries.
+    """
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.service_name(name),
+            "namespace": job["metadata"]["namespace"],
+            "labels": {names.LABEL_JOB_NAME: name, names.LABEL_MANAGED_BY: names.MANAGED_BY},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": names.job_selector(name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": names.job_selector(name)}}]}],
+        },
+    }
+
+
 def _data_volume(data: Mapping[str, Any]) -> dict[str, Any]:
     if data.get("persistentVolumeClaim") is not None:
         claim = data["persistentVolumeClaim"]
@@ -96,18 +156,122 @@ def _volumes_and_mounts(spec: Mapping[str, Any]) -> tuple[list[dict], list[dict]
     data_read_only = bool((data.get("persistentVolumeClaim") or {}).get("readOnly", True)) \
         if data.get("persistentVolumeClaim") is not None else False
     volumes = [_data_volume(data), {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    mounts = [{"name": "data", "mountPath": DATA_MOUNT_PATH, "readOnly": data_read_only},
+    mounts = [{"name": "data", "mountPath": data_mount_path(spec), "readOnly": data_read_only},
               # DataLoader workers pass batches through shared memory; the runtime's default 64 MiB is too small.
               {"name": "dshm", "mountPath": SHM_MOUNT_PATH}]
+    if not has_data(spec):  # a shipped function without data
+        del volumes[0], mounts[0]
+    function = spec.get("function")
+    if function is not None:
+        volumes.append({"name": "function", "configMap": {"name": function["configMap"]}})
+        mounts.append({"name": "function", "mountPath": FUNCTION_MOUNT_PATH, "readOnly": True})
     checkpoint = spec.get("checkpoint")
     if checkpoint is not None:
         volumes.append(_checkpoint_volume(checkpoint))
         mounts.append({"name": "checkpoint", "mountPath": checkpoint["path"]})
+    # The root filesystem is read-only: temporary files (the decoded-image cache among them) and the home
+    # directory with its caches go to emptyDirs, which live as long as the pod.
+    volumes += [{"name": "tmp", "emptyDir": {}}, {"name": "home", "emptyDir": {}}]
+    mounts += [{"name": "tmp", "mountPath": TMP_MOUNT_PATH}, {"name": "home", "mountPath": HOME_MOUNT_PATH}]
     return volumes, mounts
 
 
+def queue_name(job: Mapping[str, Any], spec: Mapping[str, Any]) -> str | None:
+    """The Kueue LocalQueue of the job's groups: spec.queueName, else the job's own queue-name label."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    return spec.get("queueName") or labels.get(names.KUEUE_QUEUE_NAME_LABEL) or None
+
+
+def _scheduling(job: Mapping[str, Any], spec: Mapping[str, Any], attempt: int,
+                scheduler_names: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str], dict[str, Any]]:
+    """The labels, annotations and pod spec fields that hand the group to Kueue and a gang scheduler.
+
+    Kueue's plain-Pod group: every pod of the attempt carries the queue and the group name (labels) and
+    the group's size (annotation); `retriable-in-group: "false"` makes a failed or preempted attempt
+    finish as a whole (Kueue then lets its pods go: the operator restarts whole groups, never single
+    pods). The admission gate is the one Kueue's webhook adds (it adds it once): set here as well, the
+    group never starts outside its queue. Kueue's finalizer is Kueue's alone to add and remove.
+    """
+    name = job["metadata"]["name"]
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    queue = queue_name(job, spec)
+    if queue:
+        labels[names.KUEUE_QUEUE_NAME_LABEL] = queue
+        labels[names.KUEUE_POD_GROUP_NAME_LABEL] = names.kueue_pod_group_name(name, attempt)
+        annotations[names.KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(int(spec["numNodes"]))
+        annotations[names.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
+        fields["schedulingGates"] = [{"name": names.KUEUE_ADMISSION_GATE}]
+    gang = spec.get("gangScheduling")
+    if gang is not None:
+        scheduler = gang.get("scheduler") or "coscheduling"
+        fields["schedulerName"] = scheduler_names.get(scheduler) or names.DEFAULT_GANG_SCHEDULER_NAMES[scheduler]
+        if scheduler == "volcano":
+            annotations[names.VOLCANO_GROUP_NAME_ANNOTATION] = names.pod_group_name(name)
+        else:
+            labels[names.COSCHEDULING_POD_GROUP_LABEL] = names.pod_group_name(name)
+    if spec.get("priorityClassName"):
+        fields["priorityClassName"] = spec["priorityClassName"]
+    return labels, annotations, fields
+
+
+def pod_requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """One pod's resource requests: spec.resources.requests, limits standing in for missing requests
+    (as the API server defaults them)."""
+    resources = spec.get("resources") or {}
+    wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {resource: parse_quantity(amount) for resource, amount in wanted.items()}
+
+
+def format_quantity(amount: Decimal) -> str:
+    """An exact Decimal as a Kubernetes quantity: `4`, `1500m`, `0.0000005` (never a float's rounding)."""
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    millis = amount * 1000
+    if millis == millis.to_integral_value():
+        return f"{int(millis)}m"
+    return format(amount.normalize(), "f")
+
+
+def pod_group_body(job: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The gang scheduler's PodGroup (spec.gangScheduling), None without one: minMember is the whole
+    group, minResources what all its pods request together, so the scheduler places all or none."""
+    gang = spec.get("gangScheduling")
+    if gang is None:
+        return None
+    name = job["metadata"]["name"]
+    num_nodes = int(spec["numNodes"])
+    group_spec: dict[str, Any] = {"minMember": num_nodes}
+    requests = pod_requests(spec)
+    if requests:
+        group_spec["minResources"] = {resource: format_quantity(amount * num_nodes)
+                                      for resource, amount in sorted(requests.items())}
+    if (gang.get("scheduler") or "coscheduling") == "volcano":
+        api_version = "scheduling.volcano.sh/v1beta1"
+        if spec.get("priorityClassName"):
+            group_spec["priorityClassName"] = spec["priorityClassName"]
+    else:
+        api_version = "scheduling.x-k8s.io/v1alpha1"
+        if gang.get("scheduleTimeoutSeconds") is not None:
+            group_spec["scheduleTimeoutSeconds"] = int(gang["scheduleTimeoutSeconds"])
+    return {
+        "apiVersion": api_version,
+        "kind": "PodGroup",
+        "metadata": {
+            "name": names.pod_group_name(name),
+            "namespace": job["metadata"]["namespace"],
+            "labels": {names.LABEL_JOB_NAME: name, names.LABEL_MANAGED_BY: names.MANAGED_BY},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": group_spec,
+    }
+
+
 def pod_body(job: Mapping[str, Any], spec: Mapping[str, Any], index: int, attempt: int,
-             command: Sequence[str] = contract.TRAINER_COMMAND) -> dict[str, Any]:
+             command: Sequence[str] = contract.TRAINER_COMMAND,
+             scheduler_names: Mapping[str, str] = names.DEFAULT_GANG_SCHEDULER_NAMES) -> dict[str, Any]:
+    """Pod `index` of group attempt `attempt`; `scheduler_names`: the gang schedulers' schedulerNames."""
     name = job["metadata"]["name"]
     namespace = job["metadata"]["namespace"]
     volumes, mounts = _volumes_and_mounts(spec)
@@ -115,15 +279,18 @@ def pod_body(job: Mapping[str, Any], spec: Mapping[str, Any], index: int, attemp
         "name": CONTAINER_NAME,
         "image": spec["image"],
         "command": list(command),
-        "env": pod_env(name, namespace, index, spec),
+        "env": pod_env(name, namespace, index, spec, uid=job["metadata"]["uid"]),
         "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": int(spec["masterPort"]), "protocol": "TCP"}],
         "resources": dict(spec.get("resources") or {}),
         "volumeMounts": mounts,
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": TERMINATION_MESSAGE_POLICY,
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "privileged": False,
             "capabilities": {"drop": ["ALL"]},
             "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
         },
     }
     if spec.get("imagePullPolicy"):
@@ -150,14 +317,16 @@ def pod_body(job: Mapping[str, Any], spec: Mapping[str, Any], index: int, attemp
         pod_spec["nodeSelector"] = dict(spec["nodeSelector"])
     if spec.get("tolerations"):
         pod_spec["tolerations"] = [dict(t) for t in spec["tolerations"]]
+    labels, annotations, scheduling = _scheduling(job, spec, attempt, scheduler_names)
+    pod_spec.update(scheduling)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": names.pod_name(name, index),
             "namespace": namespace,
-            "labels": names.pod_labels(name, index, attempt),
-            "annotations": {names.ANNOTATION_COMPLETION_INDEX: str(index)},
+            "labels": {**names.pod_labels(name, index, attempt), **labels},
+            "annotations": {names.ANNOTATION_COMPLETION_INDEX: str(index), **annotations},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": pod_spec,

@@ -5,25 +5,31 @@
     client = PetsTrainingJobClient()                      # in-cluster, else KUBECONFIG / ~/.kube/config
     job = client.submit("pets", num_nodes=2, epochs=3, model="resnet50d",
                         data={"persistentVolumeClaim": {"claimName": "pets-images"}})
-    job.wait(timeout=3600, on_epoch=print)                # prints each epoch as it finishes
+    job.wait(timeout=3600)                                # a live display: a bar in Jupyter, lines elsewhere
     job.epochs()                                          # [{"epoch": 0, "accuracy": 0.88, ...}, ...]
-    print(job.logs())                                     # pod 0: the trainer's output
-    job.delete()
+    job.plot()                                            # accuracy (and train loss) per epoch
+    job.logs(follow=True)                                 # pod 0's output as it comes
+    job.delete(wait=True)                                 # and its pods, Service, ConfigMap
 
 Spec fields are the CRD's (`kubectl explain ptj.spec`); top-level keywords may be given in
-snake_case (`num_nodes`) or camelCase (`numNodes`). Nested values are passed as they are.
+snake_case (`num_nodes`) or camelCase (`numNodes`), not both. Nested values are passed as they are.
+To ship a notebook's own training function instead of the built-in recipe, see
+`pets_operator.notebook.cluster_launcher`.
 """
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from pets_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from pets_operator.names import pod_name
 from pets_operator.status import FAILED, FINAL_PHASES
+
+from . import progress as progress_display
 
 FINISHED = FINAL_PHASES
 IN_CLUSTER_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -38,12 +44,34 @@ class PetsClientError(RuntimeError):
 
 
 class JobFailed(PetsClientError):
-    """`wait(raise_on_failure=True)` saw the job end in phase Failed."""
+    """`wait(raise_on_failure=True)` saw the job end in phase Failed.
+
+    `message` is the job's status.message (why it failed: the worker's error line when it wrote
+    one), `reason` its Failed condition's reason, `job_status` the whole status."""
+
+    def __init__(self, job: str, job_status: dict[str, Any]):
+        self.job_status = dict(job_status)
+        self.message = job_status.get("message") or "no message"
+        self.reason = next((c.get("reason") for c in job_status.get("conditions") or []
+                            if c.get("type") == FAILED and c.get("status") == "True"), None)
+        super().__init__(f"{job} failed: {self.message}")
 
 
 def camel_case(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def spec_fields(spec: dict[str, Any]) -> dict[str, Any]:
+    """Top-level keywords in camelCase; one field given in both spellings (num_nodes and numNodes) is an error."""
+    fields: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for key, value in spec.items():
+        field = camel_case(key)
+        if field in fields:
+            raise ValueError(f"{given[field]} and {key} both set spec.{field}: give it once")
+        fields[field], given[field] = value, key
+    return fields
 
 
 def job_manifest(name: str, spec: dict[str, Any], namespace: str | None = None,
@@ -53,8 +81,7 @@ def job_manifest(name: str, spec: dict[str, Any], namespace: str | None = None,
         metadata["namespace"] = namespace
     if labels:
         metadata["labels"] = dict(labels)
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata,
-            "spec": {camel_case(key): value for key, value in spec.items()}}
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec_fields(spec)}
 
 
 def _api_error(error: Exception) -> PetsClientError:
@@ -129,42 +156,110 @@ class PetsTrainingJob:
         """One entry per finished epoch: {epoch, accuracy, trainLoss?, seconds?}."""
         return list(self.status().get("epochs") or [])
 
-    def wait(self, timeout: float = 3600, poll: float = 2.0, phases: Iterable[str] = FINISHED,
+    def wait(self, timeout: float | None = 3600, poll: float = 2.0, phases: Iterable[str] = FINISHED,
              on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-             raise_on_failure: bool = False) -> dict[str, Any]:
+             raise_on_failure: bool = False, display: bool = True) -> dict[str, Any]:
         """Block until the phase is one of `phases`; return the status then.
 
+        `display` shows the progress live: in Jupyter a bar over the epochs (phase, latest and best
+        accuracy) that updates in place, elsewhere one line per phase change and per epoch.
         `on_epoch` is called once for each epoch entry as it appears. Raises TimeoutError after
-        `timeout` seconds, and JobFailed for phase Failed when `raise_on_failure` is set."""
+        `timeout` seconds (None: no limit), and JobFailed (with the job's status.message) for phase
+        Failed when `raise_on_failure` is set."""
         wanted = set(phases)
         if not wanted:
             raise ValueError("phases must name at least one phase")
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shown = progress_display.live_display(self.name) if display else None
         reported = 0
+        current = progress_display.Progress(self.name)
+        try:
+            while True:
+                resource = self.get()
+                status = resource.get("status") or {}
+                current = progress_display.progress(self.name, resource)
+                if shown is not None:
+                    shown.update(current)
+                epochs = status.get("epochs") or []
+                if on_epoch is not None:
+                    for entry in epochs[reported:]:
+                        on_epoch(entry)
+                reported = max(reported, len(epochs))
+                phase = status.get("phase")
+                if phase in wanted:
+                    if raise_on_failure and phase == FAILED:
+                        raise JobFailed(f"{self.namespace}/{self.name}", status)
+                    return status
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"{self.namespace}/{self.name} is {phase or 'not started'} after {timeout:g}s; "
+                                       f"waited for {', '.join(sorted(wanted))}")
+                time.sleep(poll)
+        finally:
+            if shown is not None:
+                shown.close(current)
+
+    def logs(self, index: int = 0, tail_lines: int | None = None, follow: bool = False,
+             file: TextIO | None = None, timeout: float = 600) -> str | None:
+        """The log of pod `<job>-<index>` (pod 0 carries the metric lines).
+
+        `follow=True` prints the log as it comes (to `file`, else stdout) until the container ends,
+        waiting up to `timeout` seconds for the pod to start, and returns None."""
+        pod = pod_name(self.name, index)
+        if not follow:
+            return self.client.pod_log(pod, self.namespace, tail_lines=tail_lines)
+        for line in self.stream_logs(index, tail_lines, timeout):
+            print(line, file=file or sys.stdout, flush=True)
+        return None
+
+    def stream_logs(self, index: int = 0, tail_lines: int | None = None, timeout: float = 600) -> Iterator[str]:
+        """The lines of pod `<job>-<index>`'s log as they are written, until its container ends."""
+        from .follower import split_lines
+
+        pod = pod_name(self.name, index)
+        deadline = time.monotonic() + timeout
         while True:
-            status = self.status()
-            epochs = status.get("epochs") or []
-            if on_epoch is not None:
-                for entry in epochs[reported:]:
-                    on_epoch(entry)
-            reported = max(reported, len(epochs))
-            phase = status.get("phase")
-            if phase in wanted:
-                if raise_on_failure and phase == FAILED:
-                    raise JobFailed(f"{self.namespace}/{self.name} failed: {status.get('message', 'no message')}")
-                return status
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{self.namespace}/{self.name} is {phase or 'not started'} after {timeout:g}s; "
-                                   f"waited for {', '.join(sorted(wanted))}")
-            time.sleep(poll)
+            try:
+                response = self.client.open_pod_log(pod, self.namespace, tail_lines=tail_lines)
+                break
+            except PetsClientError as error:
+                # 404: the pod is not made yet; 400: its container has not started.
+                if error.status not in (400, 404) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(1.0)
+        try:
+            yield from split_lines(iter(lambda: response.read1(65536), b""))
+        finally:
+            response.release_conn()
 
-    def logs(self, index: int = 0, tail_lines: int | None = None) -> str:
-        """The log of pod `<job>-<index>` (pod 0 carries the metric lines)."""
-        return self.client.pod_log(pod_name(self.name, index), self.namespace, tail_lines=tail_lines)
+    def plot(self, ax: Any = None) -> Any:
+        """Accuracy per epoch (and the train loss, where reported, on a second axis) with matplotlib; the Axes."""
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
-    def delete(self, missing_ok: bool = True) -> None:
-        """Delete the job; its Service and pods go with it (they are owned by it)."""
-        self.client.delete(self.name, self.namespace, missing_ok=missing_ok)
+        resource = self.get()
+        shown = progress_display.progress(self.name, resource)
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6.4, 3.6))
+        epochs = [entry["epoch"] for entry in shown.epochs]
+        ax.plot(epochs, [100 * entry["accuracy"] for entry in shown.epochs], marker="o", color="tab:blue",
+                label="eval accuracy")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("eval accuracy (%)", color="tab:blue")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(f"{self.name}: {progress_display.summary(shown)}", fontsize="medium")
+        ax.grid(alpha=0.3)
+        losses = [(entry["epoch"], entry["trainLoss"]) for entry in shown.epochs if entry.get("trainLoss") is not None]
+        if losses:
+            loss_ax = ax.twinx()
+            loss_ax.plot(*zip(*losses), marker="s", linestyle="--", color="tab:orange", label="train loss")
+            loss_ax.set_ylabel("train loss", color="tab:orange")
+        return ax
+
+    def delete(self, missing_ok: bool = True, wait: bool = False, timeout: float = 300) -> None:
+        """Delete the job; its Service, pods and function ConfigMap go with it (they are owned by it).
+
+        `wait=True` blocks until the job and everything it owns are gone (foreground deletion)."""
+        self.client.delete(self.name, self.namespace, missing_ok=missing_ok, wait=wait, timeout=timeout)
 
 
 class PetsTrainingJobClient:
@@ -191,12 +286,25 @@ class PetsTrainingJobClient:
         return PetsTrainingJob(self, name, namespace or self.namespace)
 
     def submit(self, name: str, namespace: str | None = None, labels: dict[str, str] | None = None,
-               **spec: Any) -> PetsTrainingJob:
-        """Create a job; the API server validates `spec` against the CRD and fills in defaults."""
+               replace: bool = False, **spec: Any) -> PetsTrainingJob:
+        """Create a job; the API server validates `spec` against the CRD and fills in defaults.
+
+        A job of that name already there is an error, unless `replace=True`: then it is deleted (its
+        pods with it), and the new one submitted once it is gone."""
         namespace = namespace or self.namespace
         body = job_manifest(name, spec, namespace, labels)
-        self._call(self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, body,
-                   field_validation="Strict")
+        create = self.custom.create_namespaced_custom_object
+        try:
+            self._call(create, GROUP, VERSION, namespace, PLURAL, body, field_validation="Strict")
+        except PetsClientError as error:
+            if error.status != 409:
+                raise
+            if not replace:
+                raise PetsClientError(
+                    f"{namespace}/{name} already exists: submit(..., replace=True) deletes it (its pods go with it), "
+                    f"waits until it is gone and submits this one; or choose another name (HTTP 409)", 409) from None
+            self.delete(name, namespace, wait=True)
+            self._call(create, GROUP, VERSION, namespace, PLURAL, body, field_validation="Strict")
         return self.job(name, namespace)
 
     def get_raw(self, name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -209,17 +317,49 @@ class PetsTrainingJobClient:
         listing = self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, **kwargs)
         return [self.job(item["metadata"]["name"], namespace) for item in listing.get("items", [])]
 
-    def delete(self, name: str, namespace: str | None = None, missing_ok: bool = True) -> None:
+    def delete(self, name: str, namespace: str | None = None, missing_ok: bool = True, wait: bool = False,
+               timeout: float = 300, poll: float = 0.5) -> None:
+        """Delete a job. `wait=True`: foreground deletion, and block until the job is gone, which is
+        after everything it owns (pods, Service, function ConfigMap) is gone; TimeoutError after `timeout`."""
+        namespace = namespace or self.namespace
         try:
-            self._call(self.custom.delete_namespaced_custom_object, GROUP, VERSION,
-                       namespace or self.namespace, PLURAL, name, propagation_policy="Background")
+            self._call(self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name,
+                       propagation_policy="Foreground" if wait else "Background")
         except PetsClientError as error:
             if not (missing_ok and error.status == 404):
                 raise
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.get_raw(name, namespace)
+            except PetsClientError as error:
+                if error.status == 404:
+                    return
+                raise
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{namespace}/{name} is still there {timeout:g}s after it was deleted")
+            time.sleep(poll)
 
     def pod_log(self, pod: str, namespace: str | None = None, tail_lines: int | None = None) -> str:
         kwargs = {"tail_lines": tail_lines} if tail_lines is not None else {}
         return self._call(self.core.read_namespaced_pod_log, pod, namespace or self.namespace, **kwargs)
+
+    def open_pod_log(self, pod: str, namespace: str | None = None, tail_lines: int | None = None) -> Any:
+        """A streaming response (urllib3) of the log, followed until the container ends."""
+        kwargs = {"tail_lines": tail_lines} if tail_lines is not None else {}
+        return self._call(self.core.read_namespaced_pod_log, pod, namespace or self.namespace, follow=True,
+                          _preload_content=False, **kwargs)
+
+    def create_config_map(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._call(self.core.create_namespaced_config_map, body["metadata"]["namespace"], body)
+
+    def read_config_map(self, name: str, namespace: str | None = None) -> Any:
+        return self._call(self.core.read_namespaced_config_map, name, namespace or self.namespace)
+
+    def delete_config_map(self, name: str, namespace: str | None = None) -> None:
+        self._call(self.core.delete_namespaced_config_map, name, namespace or self.namespace)
 
     @staticmethod
     def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

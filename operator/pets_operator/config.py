@@ -7,9 +7,14 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .contract import TRAINER_COMMAND
+from .names import DEFAULT_GANG_SCHEDULER_NAMES, is_dns1123_subdomain
 
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080
+DEFAULT_METRICS_PORT = 0  # no /metrics unless asked for (the chart asks for it)
+# How pod 0's log is followed: "asyncio" (every log on the event loop, one session) or "threads" (a thread and a
+# blocking connection per log, the design before; kept as the benchmark's baseline).
+LOG_FOLLOWERS = ("asyncio", "threads")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -27,8 +32,23 @@ class OperatorConfig:
     # None: a random one per process (the highest live replica serves, the others wait).
     priority: int | None = None
     liveness_port: int = DEFAULT_LIVENESS_PORT
+    # Prometheus metrics on http://0.0.0.0:<port>/metrics (`prometheus.py`); 0: none.
+    metrics_port: int = DEFAULT_METRICS_PORT
+    log_follower: str = "asyncio"
     # The trainer container's command; only images with another entrypoint (or tests' stand-ins) change it.
     trainer_command: tuple[str, ...] = TRAINER_COMMAND
+    # A NetworkPolicy per job admitting ingress to its pods only from its own pods; off for clusters whose
+    # operator may not create NetworkPolicies (the chart's networkPolicy.enabled).
+    network_policy: bool = True
+    # The schedulerName the pods of a job with spec.gangScheduling get, per scheduler (the chart's
+    # gangScheduling.*SchedulerName): the name that scheduler runs under in this cluster.
+    coscheduling_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["coscheduling"]
+    volcano_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["volcano"]
+
+    @property
+    def gang_scheduler_names(self) -> dict[str, str]:
+        """spec.gangScheduling.scheduler -> the pods' schedulerName."""
+        return {"coscheduling": self.coscheduling_scheduler_name, "volcano": self.volcano_scheduler_name}
 
     @property
     def cluster_wide(self) -> bool:
@@ -45,13 +65,13 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
     level = (environ.get("PETS_OPERATOR_LOG_LEVEL", "").strip() or "INFO").upper()
     if level not in LOG_LEVELS:
         raise ConfigError(f"PETS_OPERATOR_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
-    port_text = environ.get("PETS_OPERATOR_LIVENESS_PORT", "").strip() or str(DEFAULT_LIVENESS_PORT)
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"PETS_OPERATOR_LIVENESS_PORT must be a port number, got {port_text!r}") from None
-    if not 0 <= port <= 65535:  # 0: no liveness endpoint
-        raise ConfigError(f"PETS_OPERATOR_LIVENESS_PORT must be within 0..65535, got {port}")
+    port = _port(environ, "PETS_OPERATOR_LIVENESS_PORT", DEFAULT_LIVENESS_PORT)  # 0: no liveness endpoint
+    metrics_port = _port(environ, "PETS_OPERATOR_METRICS_PORT", DEFAULT_METRICS_PORT)  # 0: no /metrics
+    if metrics_port and metrics_port == port:
+        raise ConfigError(f"PETS_OPERATOR_METRICS_PORT and PETS_OPERATOR_LIVENESS_PORT must differ, both are {port}")
+    follower = environ.get("PETS_OPERATOR_LOG_FOLLOWER", "").strip().lower() or LOG_FOLLOWERS[0]
+    if follower not in LOG_FOLLOWERS:
+        raise ConfigError(f"PETS_OPERATOR_LOG_FOLLOWER must be one of {', '.join(LOG_FOLLOWERS)}, got {follower!r}")
     return OperatorConfig(
         trainer_command=_command(environ.get("PETS_OPERATOR_TRAINER_COMMAND", "").strip()),
         namespaces=namespaces,
@@ -60,7 +80,33 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
         peering=environ.get("PETS_OPERATOR_PEERING", "").strip(),
         priority=_priority(environ.get("PETS_OPERATOR_PRIORITY", "").strip()),
         liveness_port=port,
+        metrics_port=metrics_port,
+        log_follower=follower,
+        network_policy=_switch("PETS_OPERATOR_NETWORK_POLICY", environ.get("PETS_OPERATOR_NETWORK_POLICY", ""),
+                               default=True),
+        coscheduling_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_COSCHEDULING_SCHEDULER_NAME", "coscheduling"),
+        volcano_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_VOLCANO_SCHEDULER_NAME", "volcano"),
     )
+
+
+def _port(environ: Mapping[str, str], name: str, default: int) -> int:
+    text = environ.get(name, "").strip() or str(default)
+    try:
+        port = int(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{name} must be within 0..65535, got {port}")
+    return port
+
+
+def _scheduler_name(environ: Mapping[str, str], name: str, scheduler: str) -> str:
+    text = environ.get(name, "").strip()
+    if not text:
+        return DEFAULT_GANG_SCHEDULER_NAMES[scheduler]
+    if not is_dns1123_subdomain(text):
+        raise ConfigError(f"{name} must be a scheduler name (a DNS-1123 subdomain), got {text!r}")
+    return text
 
 
 def _command(text: str) -> tuple[str, ...]:
@@ -73,6 +119,17 @@ def _command(text: str) -> tuple[str, ...]:
     if not isinstance(command, list) or not command or not all(isinstance(part, str) and part for part in command):
         raise ConfigError(f"PETS_OPERATOR_TRAINER_COMMAND must be a JSON list of non-empty strings, got {text!r}")
     return tuple(command)
+
+
+def _switch(name: str, text: str, default: bool) -> bool:
+    value = text.strip().lower()
+    if not value:
+        return default
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {text!r}")
 
 
 def _priority(text: str) -> int | None:

@@ -87,6 +87,16 @@ ENTRIES: tuple[Entry, ...] = (
     # Where data and state are: the data volume's mount plus data.path; checkpoint.path.
     _derived("DATA_DIR", "data_dir", "str", "directory of <breed>_<n>.jpg images"),
     _derived("CHECKPOINT_DIR", "checkpoint_dir", "str", "save state after each epoch here and resume from it"),
+    # Whose checkpoint it is: each checkpoint records the job that wrote it, and a job resumes only from
+    # its own unless checkpoint.resumeFrom is AnyJob (pets-train run by hand has no JOB_UID).
+    _derived("JOB_UID", "job_uid", "str", "the job's metadata.uid, recorded in its checkpoints"),
+    _derived("JOB_NAME", "job_name", "str", "the job's name, recorded in its checkpoints"),
+    _derived("JOB_NAMESPACE", "job_namespace", "str", "the job's namespace, recorded in its checkpoints"),
+    _spec("checkpoint.resumeFrom", "RESUME_FROM", "resume_from", "choice",
+          "resume only from a checkpoint this job (JOB_UID) wrote, or also take over another's"),
+    # A shipped function (spec.function: its ConfigMap, mounted) runs instead of the built-in recipe.
+    _derived("FUNCTION_FILE", "function_file", "str",
+             "run this function payload (pets_operator.notebook.cluster_launcher) instead of the built-in recipe"),
     _spec("data.synthetic.classes", "SYNTHETIC_CLASSES", "synthetic_classes", "int",
           "generate a synthetic set of this many classes into the data dir"),
     _spec("data.synthetic.imagesPerClass", "SYNTHETIC_IMAGES_PER_CLASS", "synthetic_images_per_class", "int",
@@ -95,6 +105,14 @@ ENTRIES: tuple[Entry, ...] = (
           "side of the synthetic JPEGs"),
     # Metric lines must reach the pod log the moment they are printed.
     _derived("PYTHONUNBUFFERED", None, "str", "always 1"),
+    # The container's root filesystem is read-only: the home directory (and so the caches under it) is an
+    # emptyDir, as is /tmp (no variable needed).
+    _derived("HOME", None, "str", "the home directory, on an emptyDir"),
+    _derived("XDG_CACHE_HOME", None, "str", "caches (Hugging Face's, torch hub's), under HOME"),
+    # Why a run failed, for the pod's status (terminated.message) and so the job's.
+    _derived("TERMINATION_MESSAGE_PATH", "termination_message_path", "str",
+             "write a failed run's one-line error into this file, when it exists (the container's "
+             "terminationMessagePath, which Kubernetes creates)"),
     # pets-train options that no spec field sets (spec.env may).
     _trainer("EVAL_BATCH_SIZE", "eval_batch_size", "int", "per-process eval batch size (default: 2 x batch size)"),
     _trainer("VERIFY_IMAGES", "verify_images", "bool", "decode every image once up front and skip unreadable ones"),
@@ -176,6 +194,7 @@ def choices_of(entry: Entry) -> tuple[str, ...]:
 
 
 MIXED_PRECISION_CHOICES = choices_of(BY_OPTION["mixed_precision"])
+RESUME_FROM_CHOICES = choices_of(BY_OPTION["resume_from"])  # SameJob, AnyJob
 
 
 # --- the pod's environment ----------------------------------------------------------------------------

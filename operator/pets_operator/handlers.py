@@ -5,7 +5,8 @@ Everything the operator decides lives in `reconcile`; everything it does to one 
 
 Operator-wide state lives in kopf's `memo`, set up at startup (kopf hands each object a shallow
 copy, so every handler shares these objects): the
-configuration, the API client, the thread pool for blocking API calls, and the wakeups of the
+configuration, the API client, the thread pool for blocking API calls, the followed pod logs
+(`logstreams`), the Prometheus metrics (`prometheus`: fed by a job event handler), and the wakeups of the
 job daemons. The pod index stays a pure function of the pods; waking a job's daemon when one of
 its pods changes is a separate pod event handler, which kopf runs after the index is updated.
 """
@@ -21,23 +22,34 @@ import kopf
 
 from pets_operator import GROUP, PLURAL, VERSION
 
-from . import names
+from . import names, prometheus
 from .config import from_environ
-from .kube import Kube, load_api_client
+from .kube import Kube, KubeError, load_api_client
+from .logstreams import LogStreams
 from .reconcile import Event
+from .refusals import backoff_seconds
 from .runner import JobRunner
 from .status import pod_view
 
+# A job's daemon leaves by itself as soon as it is told to stop (the job is deleted, the operator exits):
+# kopf waits this long for that before it cancels the daemon (which it logs as a warning).
+DAEMON_STOP_GRACE_SECONDS = 10
 DAEMON_CANCELLATION_SECONDS = 10
-API_THREADS = 32  # blocking API calls of every job at once; log followers have their own threads
+# How long kopf waits for a daemon told to stop before it polls again (its default: 10 event loop cycles);
+# within it the daemon's current API call ends and it exits, so the job's finalizer goes at once.
+DAEMON_INSTANT_EXIT_SECONDS = 2.0
+API_THREADS = 32  # blocking API calls (status patches of followed logs too) of every job at once
 WAKE_HANDLER_ID = "wake-job"
+METRICS_HANDLER_ID = "job-metrics"
 
 
 class _QuietWakeups(logging.Filter):
-    """Drops kopf's "Handler 'wake-job' is invoked / succeeded" lines: one per pod event, no news."""
+    """Drops kopf's "Handler 'wake-job' (or 'job-metrics') is invoked / succeeded" lines: one per event, no news."""
+
+    quiet = tuple(f"Handler {handler!r}" for handler in (WAKE_HANDLER_ID, METRICS_HANDLER_ID))
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or not record.getMessage().startswith(f"Handler {WAKE_HANDLER_ID!r}")
+        return record.levelno >= logging.WARNING or not record.getMessage().startswith(self.quiet)
 
 
 _QUIET_WAKEUPS = _QuietWakeups()
@@ -56,9 +68,18 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger, **
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    settings.background.instant_exit_timeout = DAEMON_INSTANT_EXIT_SECONDS
     memo.config = config
-    memo.kube = Kube(await asyncio.to_thread(load_api_client))
+    memo.metrics = prometheus.default()
+    api_client = await asyncio.to_thread(load_api_client)
+    memo.kube = prometheus.CountedKube(Kube(api_client), memo.metrics)  # failed calls counted by verb
     memo.api_executor = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube")
+    memo.log_streams = None  # "threads": each followed log in a thread of its own (runner.py)
+    if config.log_follower == "asyncio":
+        memo.log_streams = LogStreams(api_client.configuration, memo.api_executor, on_epoch=memo.metrics.epoch_to_status,
+                                      on_error=lambda verb, resource, error: memo.metrics.api_error(
+                                          verb, resource, getattr(error, "status", None)))
+        memo.metrics.followed_logs.set_function(lambda: len(memo.log_streams.followers))
     # (namespace, job) -> the wakeup of that job's running daemon.
     memo.wakeups = {}
     logging.getLogger("kopf.objects").addFilter(_QUIET_WAKEUPS)
@@ -68,6 +89,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger, **
 @kopf.on.cleanup()
 async def shut_down(memo: kopf.Memo, **_: Any) -> None:
     """kopf runs this after the daemons have stopped: no job needs the API threads any more."""
+    streams: LogStreams | None = getattr(memo, "log_streams", None)
+    if streams is not None:
+        await streams.close()
     executor: ThreadPoolExecutor | None = getattr(memo, "api_executor", None)
     if executor is not None:
         executor.shutdown(wait=False, cancel_futures=True)
@@ -89,11 +113,19 @@ async def wake_job(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_:
         wakeup.set()
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=DAEMON_CANCELLATION_SECONDS)
+@kopf.on.event(GROUP, VERSION, PLURAL, id=METRICS_HANDLER_ID)
+async def job_metrics(type: str | None, namespace: str, name: str, status: kopf.Status, memo: kopf.Memo,
+                      **_: Any) -> None:
+    """Every change of a job, as the API has it: phases, totals, epochs and accuracy in the metrics."""
+    memo.metrics.job_event(type, namespace, name, status)
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_backoff=DAEMON_STOP_GRACE_SECONDS,
+             cancellation_timeout=DAEMON_CANCELLATION_SECONDS)
 async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
                   job_pods: kopf.Index, logger, **_: Any) -> None:
     kube: Kube = memo.kube
-    job = await asyncio.to_thread(kube.get_job, namespace, name)  # fresher than the watch's copy
+    job = await _read_job(kube, namespace, name, stopped, logger)  # fresher than the watch's copy
     if job is None:
         return
 
@@ -106,9 +138,28 @@ async def run_job(name: str, namespace: str, body: kopf.Body, memo: kopf.Memo, s
 
     key = (namespace, name)
     wakeup = memo.wakeups[key] = asyncio.Event()
-    runner = JobRunner(kube, job, memo.config, pods, post_event, wakeup, logger, executor=memo.api_executor)
+    # kopf keeps `body` current with every watch event of the job: the runner follows its spec changes there.
+    runner = JobRunner(kube, job, memo.config, pods, post_event, wakeup, logger, executor=memo.api_executor,
+                       live=lambda: body, log_streams=memo.log_streams)
     try:
         await runner.run(stopped)
     finally:
         if memo.wakeups.get(key) is wakeup:  # a newer daemon of a same-named job keeps its own
             del memo.wakeups[key]
+    if stopped:
+        deleted = bool(stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
+        logger.info("stopped following the job (%s)", "the job is deleted" if deleted else "the operator stops or pauses")
+
+
+async def _read_job(kube: Kube, namespace: str, name: str, stopped: kopf.DaemonStopped, logger) -> dict | None:
+    """The job from the API; a failed read is retried with backoff (one log line each), never a daemon crash."""
+    failures = 0
+    while not stopped:
+        try:
+            return await asyncio.to_thread(kube.get_job, namespace, name)
+        except KubeError as error:
+            failures += 1
+            delay = backoff_seconds(failures)
+            logger.warning("reading the job failed: %s; retrying in %gs", error, delay)
+            await stopped.wait(delay)
+    return None

@@ -5,16 +5,61 @@ status through the `/status` subresource and stream pod 0's log.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from pets_operator import GROUP, PLURAL, VERSION
 
+from .refusals import ApiFailure
+
 CONNECTION_POOL_SIZE = 128  # one streaming log connection per followed job, plus the calls
+# (connect, read) seconds for every call but the followed log: a silent API server fails the call, never hangs the job.
+REQUEST_TIMEOUT = (10, 30)
+T = TypeVar("T")
+
+
+class KubeError(Exception):
+    """An API call failed: refused (4xx/5xx), or no answer came (timeout, connection). `failure` says how."""
+
+    def __init__(self, failure: ApiFailure):
+        super().__init__(failure.describe())
+        self.failure = failure
+
+
+def failure_of(error: BaseException) -> ApiFailure | None:
+    """The `ApiFailure` of an exception the client raises for a failed call; None for anything else (a bug)."""
+    if isinstance(error, ApiException):
+        reason, message = error.reason or "", ""
+        try:
+            status = json.loads(error.body or "")
+        except (TypeError, ValueError):
+            status = None
+        if isinstance(status, dict):
+            reason = status.get("reason") or reason
+            message = status.get("message") or ""
+        elif error.body:
+            message = str(error.body).strip()[:500]
+        return ApiFailure(error.status, reason, message)
+    if isinstance(error, (urllib3.exceptions.HTTPError, OSError)):
+        cause = error.reason if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason else error
+        return ApiFailure(None, type(cause).__name__, str(cause))
+    return None
+
+
+def _calling(call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 - translated when it is an API failure, else re-raised
+        failure = failure_of(error)
+        if failure is None:
+            raise
+        raise KubeError(failure) from None
 
 
 def load_api_client() -> kubernetes.client.ApiClient:
@@ -47,72 +92,81 @@ def kubeconfig_path() -> str:
 
 
 class Kube:
+    """Each call raises `KubeError` when it fails (404 and 409 where they mean done: see each call)."""
+
     def __init__(self, api_client: kubernetes.client.ApiClient):
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        self.networking = kubernetes.client.NetworkingV1Api(api_client)
+        # The gang schedulers' PodGroups (scheduling.x-k8s.io, scheduling.volcano.sh): custom objects too,
+        # kept apart from `custom` (the job) so that each call's permission is plain to see.
+        self.scheduling = kubernetes.client.CustomObjectsApi(api_client)
 
     def create_pod(self, body: dict[str, Any]) -> bool:
         """False when it already exists (creation is idempotent)."""
-        return _created(lambda: self.core.create_namespaced_pod(body["metadata"]["namespace"], body))
+        return _created(lambda: self.core.create_namespaced_pod(body["metadata"]["namespace"], body,
+                                                                _request_timeout=REQUEST_TIMEOUT))
 
     def create_service(self, body: dict[str, Any]) -> bool:
-        return _created(lambda: self.core.create_namespaced_service(body["metadata"]["namespace"], body))
+        return _created(lambda: self.core.create_namespaced_service(body["metadata"]["namespace"], body,
+                                                                    _request_timeout=REQUEST_TIMEOUT))
+
+    def create_network_policy(self, body: dict[str, Any]) -> bool:
+        return _created(lambda: self.networking.create_namespaced_network_policy(
+            body["metadata"]["namespace"], body, _request_timeout=REQUEST_TIMEOUT))
+
+    def create_pod_group(self, body: dict[str, Any]) -> bool:
+        """A gang scheduler's PodGroup (`apiVersion` says whose); False when it already exists."""
+        group, _, version = body["apiVersion"].partition("/")
+        return _created(lambda: self.scheduling.create_namespaced_custom_object(
+            group, version, body["metadata"]["namespace"], "podgroups", body, _request_timeout=REQUEST_TIMEOUT))
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        _ignore_missing(lambda: self.core.delete_namespaced_pod(name, namespace))
+        _ignore_missing(lambda: self.core.delete_namespaced_pod(name, namespace, _request_timeout=REQUEST_TIMEOUT))
 
     def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            pod = self.core.read_namespaced_pod(name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return self.core.api_client.sanitize_for_serialization(pod)
+        pod = _unless_missing(lambda: self.core.read_namespaced_pod(name, namespace, _request_timeout=REQUEST_TIMEOUT))
+        return None if pod is None else self.core.api_client.sanitize_for_serialization(pod)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return _unless_missing(lambda: self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT))
 
     def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any] | None:
         """A JSON merge patch of `status` (lists are replaced whole); the job as stored after it, None if gone."""
-        try:
-            return self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, {"status": status},
-                _content_type="application/merge-patch+json")
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        return _unless_missing(lambda: self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status},
+            _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT))
 
     def delete_job(self, namespace: str, name: str) -> None:
         # Background: the garbage collector removes the owned pods and Service.
         _ignore_missing(lambda: self.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background"))
+            GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT))
 
     def open_pod_log(self, namespace: str, name: str, container: str):
         """A streaming response (urllib3) of the whole log, following it until the container ends."""
-        return self.core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
-                                                 _preload_content=False)
+        return _calling(lambda: self.core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
+                                                                  _preload_content=False))
 
 
 def _created(call) -> bool:
     try:
-        call()
-    except ApiException as error:
-        if error.status == 409:
+        _calling(call)
+    except KubeError as error:
+        if error.failure.code == 409:  # AlreadyExists: made by an earlier step
             return False
         raise
     return True
 
 
-def _ignore_missing(call) -> None:
+def _unless_missing(call: Callable[[], T]) -> T | None:
     try:
-        call()
-    except ApiException as error:
-        if error.status != 404:
-            raise
+        return _calling(call)
+    except KubeError as error:
+        if error.failure.code == 404:
+            return None
+        raise
+
+
+def _ignore_missing(call) -> None:
+    _unless_missing(call)

@@ -12,15 +12,26 @@ A line holds an event when the text from its first `{` on is one JSON object wit
 `"event"`. Text before the object is tolerated (a timestamp, a `[rank0]:` tag that a launcher
 may put on a process's output); every other line (human text, warnings) is skipped. Epoch events may
 carry more fields than these (`train_seconds`, `eval_seconds`, `resumed`); readers ignore them.
+
+The operator also reads the tutorial's own progress line, `accelerator.print(f"epoch {epoch}:
+{100 * eval_metric:.2f}")`, so a function shipped from a notebook reports its accuracy unchanged:
+a line that ends in `epoch <N>: <percent>` (`epoch 0: 88.12`, also behind a `[rank0]:` tag or a
+timestamp) is an epoch event `{"event": "epoch", "epoch": 0, "accuracy": 0.8812, "printed": true}`
+(`parse_progress_line`). The JSON line of the same epoch, when there is one, is the exact figure and
+wins (`pets_operator.metrics.merge_epochs`).
 """
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable, Mapping
 
 EVENT = "event"  # the key that makes a JSON object a metric event
 EPOCH = "epoch"  # one finished epoch: epoch (from 0), accuracy, train_loss, seconds
 DONE = "done"  # the end of training: epochs, accuracy (the last epoch's), best_accuracy
+PRINTED = "printed"  # marks an epoch event read from a plain `epoch N: P` line (two decimals of a percent)
+# The tutorial's `epoch 0: 88.12`: the whole rest of the line, after the start, a space, `:` or `]`.
+_PRINTED_EPOCH = re.compile(r"(?:^|[\s:\]])epoch\s+(\d+)\s*:\s*(\d+(?:\.\d*)?)\s*%?\s*$", re.IGNORECASE)
 
 
 def epoch_event(epoch: int, accuracy: float, train_loss: float, seconds: float, **extra: Any) -> dict[str, Any]:
@@ -58,3 +69,28 @@ def parse_lines(lines: str | Iterable[str]) -> list[dict[str, Any]]:
     if isinstance(lines, str):
         lines = lines.splitlines()
     return [event for event in map(parse_line, lines) if event is not None]
+
+
+def parse_printed_epoch(line: str) -> dict[str, Any] | None:
+    """The epoch event of a tutorial-style `epoch 0: 88.12` line (accuracy in percent), or None."""
+    text = line.rsplit("\r", 1)[-1]  # a progress bar may have drawn over the start of the line
+    match = _PRINTED_EPOCH.search(text)
+    if match is None:
+        return None
+    percent = float(match.group(2))
+    if not 0.0 <= percent <= 100.0:
+        return None
+    return {EVENT: EPOCH, "epoch": int(match.group(1)), "accuracy": round(percent / 100.0, 6), PRINTED: True}
+
+
+def parse_progress_line(line: str) -> dict[str, Any] | None:
+    """What the operator takes from a log line: its JSON event, else a printed epoch line's event."""
+    event = parse_line(line)
+    return event if event is not None else parse_printed_epoch(line)
+
+
+def parse_progress_lines(lines: str | Iterable[str]) -> list[dict[str, Any]]:
+    """`parse_progress_line` over a log, given as one text or as lines, in order."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    return [event for event in map(parse_progress_line, lines) if event is not None]

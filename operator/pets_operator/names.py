@@ -1,6 +1,7 @@
 """Names, labels and addresses of the objects a PetsTrainingJob owns (pure, no IO)."""
 from __future__ import annotations
 
+import hashlib
 import re
 
 from pets_operator import GROUP
@@ -12,6 +13,20 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"
 ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "pets-operator"
+
+# Kueue's plain-Pod integration (kueue.x-k8s.io): the pods of one group attempt are one pod group, so
+# one Workload, admitted (its scheduling gate removed from every pod) only as a whole.
+KUEUE_QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # Kueue's webhook adds it; only Kueue removes it
+# Gang scheduling: the pod's group, as each scheduler reads it.
+COSCHEDULING_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' Coscheduling
+VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano
+# The schedulers' own names (their default `schedulerName`s); the operator's configuration may change them.
+DEFAULT_GANG_SCHEDULER_NAMES = {"coscheduling": "scheduler-plugins-scheduler", "volcano": "volcano"}
 
 # The Kubernetes name rules (apimachinery's validation.IsDNS1123Label/IsDNS1123Subdomain/IsDNS1035Label),
 # written once here: the operator's checks and the local cluster's API server both use these.
@@ -91,3 +106,23 @@ def pod_labels(job: str, index: int, attempt: int) -> dict[str, str]:
         LABEL_ATTEMPT: str(attempt),
         LABEL_MANAGED_BY: MANAGED_BY,
     }
+
+
+def pod_group_name(job: str) -> str:
+    """The gang scheduler's PodGroup of the job: one for all its attempts (a namespace holds one job of a name)."""
+    return job
+
+
+def kueue_pod_group_name(job: str, attempt: int) -> str:
+    """`<job>-<attempt>`: the Kueue pod group (and so Workload) of one group attempt, a DNS-1123 label.
+
+    Each attempt is a group of its own: Kueue finishes the group of a failed or preempted attempt and
+    the next one queues anew. The attempt has no '-', so no two (job, attempt) pairs share a name; a
+    job name too long for the suffix is shortened and made unique again with a hash of the whole name.
+    """
+    suffix = f"-{attempt}"
+    if len(job) + len(suffix) <= DNS1123_LABEL_MAX:
+        return f"{job}{suffix}"
+    digest = hashlib.sha256(job.encode()).hexdigest()[:8]
+    keep = DNS1123_LABEL_MAX - len(suffix) - len(digest) - 1
+    return f"{job[:keep].rstrip('-')}-{digest}{suffix}"

@@ -3,21 +3,37 @@
 One `JobRunner` per job runs in a kopf daemon. Its status is the one it last wrote (the API's
 answer to its own patch), not the possibly older copy from the watch, so a step is never
 taken twice on stale information; on a fresh start it reads the job from the API.
+
+Spec changes: the API server lets only the mutable fields change (`spec.MUTABLE_FIELDS`:
+activeDeadlineSeconds, ttlSecondsAfterFinished, suspend). kopf's daemon `body` is a live view,
+refreshed on every watch event; each step takes those fields and `metadata.generation` from it,
+and the step's status records that generation as `observedGeneration`. A finished job keeps its
+daemon, idle, so a TTL set afterwards is still acted on.
+
+A failed API call never ends the daemon: a failed creation of the group's objects goes to the
+next reconcile step (`create_failure`), which fails the job, waits for quota or retries; any
+other failed call (a status patch, a delete) is logged in one line and the step is retried
+after a backoff.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 from concurrent.futures import Executor
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from . import builders, contract
 from .config import OperatorConfig
-from .follower import EpochBook, PodLogFollower
-from .kube import Kube
-from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, reconcile
-from .spec import with_defaults
+from .follower import EPOCH_FIELDS, EpochBook, PodLogFollower
+from .expectations import Expectations
+from .kube import Kube, KubeError
+from .logstreams import AsyncPodLogFollower, LogStreams
+from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, attempt_of, reconcile
+from .refusals import TRANSIENT, ApiFailure, CreateFailure, backoff_seconds, most_severe
+from .spec import epoch_limit, with_changes, with_defaults
 from .status import FINAL_PHASES, PENDING, RUNNING, PodView
 from .validation import spec_problems
 
@@ -31,65 +47,147 @@ class JobRunner:
     def __init__(self, kube: Kube, job: dict[str, Any], config: OperatorConfig,
                  pods: Callable[[], Iterable[PodView]], post_event: Callable[[Event], None],
                  wakeup: asyncio.Event, logger: logging.Logger | logging.LoggerAdapter = log,
-                 executor: Executor | None = None):
-        """`executor` runs the blocking API calls (the operator's pool, made at startup); None: the loop's default."""
+                 executor: Executor | None = None, live: Callable[[], Mapping[str, Any]] | None = None,
+                 log_streams: LogStreams | None = None):
+        """`executor` runs the blocking API calls (the operator's pool, made at startup); None: the loop's default.
+        `live`: the job as the watch last saw it (kopf's live `body`), read at each step for spec changes;
+        None: `job` itself. `log_streams`: pod 0's log is followed on the event loop there; None: in a thread."""
         self.kube = kube
         self.executor = executor
+        self.log_streams = log_streams
         self.job = job
         self.name = job["metadata"]["name"]
         self.namespace = job["metadata"]["namespace"]
+        self.trainer_image = config.trainer_image
         self.spec = with_defaults(job.get("spec"), config.trainer_image)
+        self.generation = job["metadata"].get("generation")
+        self._live = live or (lambda: self.job)
         self.command = list(config.trainer_command)
+        self.network_policy = config.network_policy
+        self.scheduler_names = config.gang_scheduler_names
         self.status = dict(job.get("status") or {})
         self._pods = pods
         self._post_event = post_event
         self.wakeup = wakeup
         self.log = logger
         self._loop = asyncio.get_running_loop()
-        self._followers: dict[str, PodLogFollower] = {}
+        self._followers: dict[str, PodLogFollower | AsyncPodLogFollower] = {}
         self._deleted: set[str] = set()  # uids already asked to go
-        self.book = EpochBook(self.status.get("epochs") or [], self._publish_epochs)
+        self._expected = Expectations()  # pods created that the index does not show yet
+        self.book = EpochBook(self.status.get("epochs") or [], self._publish_epochs,
+                              attempt=attempt_of(self.status), limit=epoch_limit(self.spec))
+        # The status's epochs as the book keeps them, when they differ (epochs beyond spec.epochs): patched first.
+        stored = {key: self.status.get(key) for key in EPOCH_FIELDS}
+        self._epoch_repair = self.book.fields() if self.status.get("epochs") and self.book.fields() != stored else None
+        self.create_failure: CreateFailure | None = None  # the last creation of the group's objects, when it failed
+        self._api_failures = 0  # consecutive failed steps (other calls than the creation)
 
     async def call(self, function, *args):
         return await self._loop.run_in_executor(self.executor, function, *args)
 
     def _publish_epochs(self, fields: dict[str, Any]) -> None:  # runs in a follower thread
         self.kube.patch_job_status(self.namespace, self.name, fields)
-        self.log.info("epoch %s: accuracy %.4f", fields.get("currentEpoch"), fields.get("accuracy", float("nan")))
+        accuracy = fields.get("accuracy")
+        self.log.info("epoch %s: accuracy %.4f", fields.get("currentEpoch"), float("nan") if accuracy is None else accuracy)
 
     async def run(self, stopped) -> None:
         try:
             while not stopped:
-                plan = self.step()
-                if not await self.carry_out(plan) or plan.finished:
-                    return
+                try:
+                    await self._repair_epochs()
+                    plan = self.step()
+                    if not await self.carry_out(plan):
+                        return
+                    if plan.finished:  # nothing to do unless the spec changes (a TTL set now, say)
+                        await self._until_spec_changes(stopped)
+                        continue
+                except KubeError as error:
+                    self._api_failures += 1
+                    delay = backoff_seconds(self._api_failures)
+                    self.log.warning("API call failed: %s; retrying in %gs", error, delay)
+                    await self._wait(delay, stopped)
+                    continue
+                self._api_failures = 0
                 await self._sleep(plan, stopped)
         finally:
             for follower in self._followers.values():
                 follower.stop()
 
+    async def _repair_epochs(self) -> None:
+        """A status with epochs the book does not keep (at or beyond spec.epochs: another run's) is corrected once."""
+        if self._epoch_repair is None:
+            return
+        self.log.info("status.epochs: keeping only epochs below spec.epochs (%s)", self.spec["epochs"])
+        stored = await self.call(self.kube.patch_job_status, self.namespace, self.name, self._epoch_repair)
+        self._epoch_repair = None
+        if stored is not None:
+            self.status = dict(stored.get("status") or {})
+
+    def follow_spec(self) -> None:
+        """Take the mutable fields, the generation and the labels from the live job, unless it is older than
+        what the runner has (the watch can lag behind the read the runner started from)."""
+        body = self._live()
+        meta = body.get("metadata") or {}
+        generation = meta.get("generation")
+        if generation is None or (self.generation is not None and int(generation) < int(self.generation)):
+            return
+        if generation != self.generation:
+            self.log.info("spec generation %s: applying its changes to %s", generation,
+                          ", ".join(f"{field}" for field in self._changed_fields(body.get("spec"))) or "nothing")
+        self.spec = with_changes(self.spec, body.get("spec"), self.trainer_image)
+        self.generation = generation
+        self.job["metadata"]["labels"] = dict(meta.get("labels") or {})  # a queue-name label counts at creation
+
+    def _changed_fields(self, spec: Mapping[str, Any] | None) -> list[str]:
+        fresh = with_changes(self.spec, spec, self.trainer_image)
+        return sorted(key for key in set(fresh) | set(self.spec) if fresh.get(key) != self.spec.get(key))
+
+    def spec_changed(self) -> bool:
+        generation = (self._live().get("metadata") or {}).get("generation")
+        return generation is not None and generation != self.generation and \
+            (self.generation is None or int(generation) > int(self.generation))
+
+    async def _until_spec_changes(self, stopped) -> None:
+        while not stopped and not self.spec_changed():
+            await self._wait(IDLE_RECHECK_SECONDS, stopped)
+            self.wakeup.clear()
+
     def step(self) -> Plan:
+        self.follow_spec()
         pods = list(self._pods())
         self._follow_pod0(pods)
         problems = spec_problems(self.name, self.spec, contract.RESERVED_ENV)
-        return reconcile(self.name, self.spec, self.status, self.job["metadata"].get("generation"), pods,
-                         datetime.now(timezone.utc), problems, logs_drained=self._pod0_drained(pods))
+        plan = reconcile(self.name, self.spec, self.status, self.generation, pods,
+                         datetime.now(timezone.utc), problems, logs_drained=self._pod0_drained(pods),
+                         create_failure=self.create_failure)
+        return self._unless_expected(plan, pods)
+
+    def _unless_expected(self, plan: Plan, pods: list[PodView]) -> Plan:
+        """Pods an earlier step created that the index does not show yet are not created again (`expectations`)."""
+        self._expected.seen((p.attempt, p.index) for p in pods)
+        if not plan.create_pods:
+            return plan
+        create = self._expected.to_create(attempt_of(plan.status), plan.create_pods, time.monotonic())
+        return plan if create == plan.create_pods else dataclasses.replace(plan, create_pods=create)
 
     async def carry_out(self, plan: Plan) -> bool:
         """False when the job is gone."""
         owned = {key: self.status.get(key) for key in OWNED_STATUS_FIELDS if key in self.status}
-        if plan.status != owned:
-            stored = await self.call(self.kube.patch_job_status, self.namespace, self.name, plan.status)
+        patch = dict(plan.status)
+        if plan.new_attempt is not None:
+            # Before the patch: from now on no line of the old group's pod 0 reaches the status.
+            await self.call(self.book.start_attempt, plan.new_attempt, not plan.clear_epochs)
+            if plan.clear_epochs:
+                patch.update({key: None for key in EPOCH_FIELDS[1:]}, epochs=[])
+        if patch != owned:
+            stored = await self.call(self.kube.patch_job_status, self.namespace, self.name, patch)
             if stored is None:
                 return False
             self.status = dict(stored.get("status") or {})
         for event in plan.events:
             self._post_event(event)
         if plan.create_pods:
-            await self.call(self.kube.create_service, builders.service_body(self.job, self.spec))
-            attempt = int(self.status.get("restarts") or 0)
-            bodies = [builders.pod_body(self.job, self.spec, index, attempt, self.command) for index in plan.create_pods]
-            await asyncio.gather(*(self.call(self.kube.create_pod, body) for body in bodies))
+            await self._create_group(plan.create_pods)
         live = {p.name: p.uid for p in self._pods()}
         for pod in plan.delete_pods:
             uid = live.get(pod)
@@ -102,27 +200,84 @@ class JobRunner:
             return False
         return True
 
+    async def _create_group(self, indexes: list[int]) -> None:
+        """The Service, the NetworkPolicy (unless turned off) and the gang scheduler's PodGroup (with
+        spec.gangScheduling), then the pods; how it failed, if it did, is the next step's `create_failure`."""
+        attempt = attempt_of(self.status)
+        failures: list[tuple[str, ApiFailure]] = []
+        service = builders.service_body(self.job, self.spec)
+        creating = f"Service {service['metadata']['name']}"
+        try:
+            await self.call(self.kube.create_service, service)
+            if self.network_policy:  # before the pods: none of them is ever open to other pods than its job's
+                policy = builders.network_policy_body(self.job)
+                creating = f"NetworkPolicy {policy['metadata']['name']}"
+                await self.call(self.kube.create_network_policy, policy)
+            group = builders.pod_group_body(self.job, self.spec)
+            if group is not None:  # before the pods, which the gang scheduler places only with their group
+                creating = f"PodGroup {group['metadata']['name']}"
+                await self.call(self.kube.create_pod_group, group)
+        except KubeError as error:
+            failures.append((creating, error.failure))
+        else:
+            bodies = [builders.pod_body(self.job, self.spec, index, attempt, self.command, self.scheduler_names)
+                      for index in indexes]
+            results = await asyncio.gather(*(self.call(self.kube.create_pod, body) for body in bodies),
+                                           return_exceptions=True)
+            for index, body, result in zip(indexes, bodies, results):
+                if isinstance(result, KubeError):
+                    failures.append((f"Pod {body['metadata']['name']}", result.failure))
+                elif isinstance(result, BaseException):
+                    raise result
+                else:  # created, or there already: until the index shows it, it is not created again
+                    self._expected.created(attempt, [index], time.monotonic())
+        worst = most_severe(failures)
+        if worst is None:
+            self.create_failure = None
+            return
+        what, failure = worst
+        previous = self.create_failure
+        count = previous.failures + 1 if previous is not None and previous.attempt == attempt else 1
+        self.create_failure = CreateFailure(what, failure, attempt, count, datetime.now(timezone.utc))
+        # A refusal and a quota reach the job's status and Events in the next step; a transient failure only the log.
+        (self.log.warning if failure.kind == TRANSIENT else self.log.info)(
+            "creating %s: %s (%s, try %d)", what, failure.describe(), failure.kind, count)
+
     async def _sleep(self, plan: Plan, stopped) -> None:
         timeout = IDLE_RECHECK_SECONDS
         if plan.wake_at is not None:
             timeout = min(timeout, max(0.0, (plan.wake_at - datetime.now(timezone.utc)).total_seconds()))
         if plan.create_pods or plan.delete_pods:
             timeout = min(timeout, 0.2)  # the index catches up within moments
-        try:
-            await asyncio.wait_for(self.wakeup.wait(), timeout)
+        if await self._wait(timeout, stopped):
             await asyncio.sleep(SETTLE_SECONDS)
-        except asyncio.TimeoutError:
-            pass
         self.wakeup.clear()
 
+    async def _wait(self, timeout: float, stopped) -> bool:
+        """Until a pod event wakes the job, the daemon is asked to stop, or `timeout`; True when woken."""
+        waits = [asyncio.ensure_future(self.wakeup.wait())]
+        if hasattr(stopped, "wait"):  # kopf's DaemonStopped: leave at once when the job goes or the operator stops
+            waits.append(asyncio.ensure_future(stopped.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+        return self.wakeup.is_set()
+
     def _pod0(self, pods: list[PodView]) -> PodView | None:
-        attempt = int(self.status.get("restarts") or 0)
+        attempt = attempt_of(self.status)
         return next((p for p in pods if p.index == 0 and p.attempt == attempt), None)
 
     def _follow_pod0(self, pods: list[PodView]) -> None:
         pod0 = self._pod0(pods)
         # The log exists once the container has started; until then the API answers 400.
         if pod0 is None or pod0.uid in self._followers or pod0.phase not in (RUNNING, *FINAL_PHASES):
+            return
+        if self.log_streams is not None:
+            self._followers[pod0.uid] = self.log_streams.follow(
+                self.namespace, pod0.name, builders.CONTAINER_NAME, pod0.uid, self.book, on_drained=self.wakeup.set,
+                attempt=pod0.attempt)
             return
         self._followers[pod0.uid] = PodLogFollower(
             pod0.uid,
@@ -131,6 +286,7 @@ class JobRunner:
             book=self.book,
             on_drained=lambda: self._loop.call_soon_threadsafe(self.wakeup.set),
             name=pod0.name,
+            attempt=pod0.attempt,
         ).start()
 
     def _pod_state(self, pod: str) -> tuple[str, str] | None:

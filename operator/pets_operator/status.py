@@ -1,6 +1,7 @@
 """Pod states folded into a PetsTrainingJob's status: workers, Kubernetes-style conditions (pure)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
@@ -8,7 +9,17 @@ from typing import Any, Iterable, Mapping
 from . import names
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
+SUSPENDED = "Suspended"  # a job's phase only (spec.suspend): its pods are deleted until it is resumed
+PHASES = (PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED)  # a job's status.phase (the CRD's enum)
 FINAL_PHASES = (SUCCEEDED, FAILED)  # a job, and a pod, in one of these never changes phase again
+# The PodScheduled=False reason of a pod that still has scheduling gates (the API server sets it).
+SCHEDULING_GATED = "SchedulingGated"
+# Pod conditions that say why a pod is being deleted: Kubernetes' DisruptionTarget (preemption,
+# eviction, ...) and the one Kueue sets on the pods of a workload it stops.
+DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+MAX_CAUSE_LENGTH = 400  # of a worker's failure cause in the job's message
+# The trainer's one-line errors (`error: ...`), also behind Accelerate's `[rank0]:` prefix in a log tail.
+_ERROR_LINE = re.compile(r"(?:^|\]:\s*)error:\s*(\S.*)$")
 
 
 def timestamp(moment: datetime) -> str:
@@ -33,7 +44,16 @@ class PodView:
     deleting: bool = False
     exit_code: int | None = None
     reason: str | None = None  # container termination or waiting reason
-    message: str | None = None
+    message: str | None = None  # the container's termination message (its error, or its log's tail), or waiting message
+    unschedulable: str | None = None  # the scheduler's reason while PodScheduled is False (not for a gated pod)
+    gates: tuple[str, ...] = ()  # spec.schedulingGates: the pod is not scheduled while it has any
+    finalizers: tuple[str, ...] = ()  # metadata.finalizers (e.g. Kueue's), which keep a deleted pod
+    disruption: str | None = None  # why it is being deleted, when a DisruptionTarget-style condition says so
+
+    @property
+    def cause(self) -> str | None:
+        """Why the container ended: the one line of its termination message that says so."""
+        return failure_cause(self.message)
 
     @property
     def failed(self) -> bool:
@@ -48,8 +68,22 @@ class PodView:
         return self.phase in FINAL_PHASES
 
     def describe_failure(self) -> str:
-        details = [f"exit code {self.exit_code}" if self.exit_code is not None else None, self.reason, self.message]
-        return f"worker {self.name} failed" + (f" ({'; '.join(str(d) for d in details if d)})" if any(details) else "")
+        """`worker pets-1 failed (exit code 1; Error): unknown timm model 'resnet5'`: the cause when the pod gives one."""
+        details = [f"exit code {self.exit_code}" if self.exit_code is not None else None, self.reason]
+        text = f"worker {self.name} failed" + (f" ({'; '.join(str(d) for d in details if d)})" if any(details) else "")
+        cause = self.cause
+        return f"{text}: {cause}" if cause else text
+
+
+def failure_cause(message: str | None) -> str | None:
+    """The line of a termination message that says why: the last `error: ...` line (without the prefix),
+    else the last non-empty line (a log tail's last word, e.g. a traceback's exception line)."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    errors = [match.group(1) for match in map(_ERROR_LINE.search, lines) if match]
+    cause = (errors or lines)[-1]
+    return cause if len(cause) <= MAX_CAUSE_LENGTH else cause[:MAX_CAUSE_LENGTH - 3] + "..."
 
 
 def _int_label(labels: Mapping[str, str], key: str) -> int | None:
@@ -68,7 +102,15 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
     if index is None or attempt is None:
         return None
     status = pod.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    conditions = status.get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    unschedulable = next((c.get("message") or c.get("reason") or "Unschedulable" for c in conditions
+                          if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                          and c.get("reason") != SCHEDULING_GATED), None)
+    gates = tuple(gate.get("name", "") for gate in (pod.get("spec") or {}).get("schedulingGates") or [])
+    disruption = next((": ".join(part for part in (c.get("reason"), c.get("message")) if part) or c["type"]
+                       for c in conditions if c.get("type") in DISRUPTION_CONDITIONS and c.get("status") == "True"),
+                      None)
     exit_code = reason = message = None
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
@@ -81,6 +123,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         name=meta.get("name", ""), uid=meta.get("uid", ""), index=index, attempt=attempt,
         phase=status.get("phase") or PENDING, ready=ready, deleting=bool(meta.get("deletionTimestamp")),
         exit_code=exit_code, reason=reason, message=message or status.get("message"),
+        unschedulable=unschedulable if not meta.get("deletionTimestamp") else None,
+        gates=gates, finalizers=tuple(meta.get("finalizers") or ()), disruption=disruption,
     )
 
 

@@ -11,10 +11,12 @@ from typing import Any, Iterator, Mapping
 
 from .names import is_dns1123_subdomain, job_name_problems
 from .quantities import parse_quantity
-from .spec import DATA_MOUNT_PATH
+from .spec import FUNCTION_MOUNT_PATH, SCRATCH_MOUNT_PATHS, data_mount_path
 
 MAX_WORLD_SIZE = 1024  # numNodes x processesPerNode: beyond this a single rendezvous is not sensible
 DATA_SOURCES = ("persistentVolumeClaim", "hostPath", "synthetic")
+# Where the pods mount other things (/dev/shm, the function's ConfigMap): data.mountPath stays out of them.
+RESERVED_MOUNTS = ("/dev", FUNCTION_MOUNT_PATH)
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
@@ -24,8 +26,9 @@ def spec_problems(name: str, spec: Mapping[str, Any], reserved_env: frozenset[st
         *job_name_problems(name, int(spec["numNodes"])),
         *_size_problems(spec),
         *_pretrained_problems(spec),
-        *_data_problems(spec.get("data") or {}),
-        *_checkpoint_problems(spec.get("checkpoint")),
+        *_data_problems(spec.get("data") or {}, has_function=spec.get("function") is not None),
+        *_checkpoint_problems(spec.get("checkpoint"), data_mount_path(spec)),
+        *_function_problems(spec.get("function")),
         *_resource_problems(spec.get("resources") or {}),
         *_env_problems(spec.get("env") or [], reserved_env),
         *_service_account_problems(spec.get("serviceAccountName")),
@@ -55,8 +58,10 @@ def _absolute_path_problems(field: str, path: str) -> Iterator[str]:
         yield f"{field} {path!r} must not contain '..'"
 
 
-def _data_problems(data: Mapping[str, Any]) -> Iterator[str]:
+def _data_problems(data: Mapping[str, Any], has_function: bool = False) -> Iterator[str]:
     sources = [key for key in DATA_SOURCES if data.get(key) is not None]
+    if has_function and not sources and not data.get("path"):
+        return  # a shipped function needs no data volume
     if len(sources) != 1:
         yield (f"data must set exactly one of {', '.join(DATA_SOURCES)}; "
                f"got {', '.join(sources) if sources else 'none'}")
@@ -65,9 +70,18 @@ def _data_problems(data: Mapping[str, Any]) -> Iterator[str]:
     path = data.get("path") or ""
     if path.startswith("/") or ".." in path.split("/"):
         yield f"data.path {path!r} must be relative to the data volume, without '..'"
+    mount = data.get("mountPath")
+    if mount is not None:
+        problems = list(_absolute_path_problems("data.mountPath", mount))
+        yield from problems
+        normal = posixpath.normpath(mount)
+        if not problems and (normal == "/" or any(normal == m or normal.startswith(m + "/") for m in RESERVED_MOUNTS)):
+            yield f"data.mountPath {mount!r} must not be '/' or under {' or '.join(RESERVED_MOUNTS)}"
+        if not problems:
+            yield from _scratch_mount_problems("data.mountPath", mount)
 
 
-def _checkpoint_problems(checkpoint: Mapping[str, Any] | None) -> Iterator[str]:
+def _checkpoint_problems(checkpoint: Mapping[str, Any] | None, data_mount: str) -> Iterator[str]:
     if checkpoint is None:
         return
     if checkpoint.get("persistentVolumeClaim") is not None and checkpoint.get("hostPath") is not None:
@@ -79,8 +93,22 @@ def _checkpoint_problems(checkpoint: Mapping[str, Any] | None) -> Iterator[str]:
     yield from problems
     if not problems:
         normal = posixpath.normpath(path)
-        if normal == "/" or normal == DATA_MOUNT_PATH or normal.startswith(DATA_MOUNT_PATH + "/"):
-            yield f"checkpoint.path {path!r} must not be '/' or inside the data mount {DATA_MOUNT_PATH}"
+        data_mount = posixpath.normpath(data_mount)
+        if normal == "/" or normal == data_mount or normal.startswith(data_mount.rstrip("/") + "/"):
+            yield f"checkpoint.path {path!r} must not be '/' or inside the data mount {data_mount}"
+        yield from _scratch_mount_problems("checkpoint.path", path)
+
+
+def _scratch_mount_problems(field: str, path: str) -> Iterator[str]:
+    """The pods' writable emptyDirs (/tmp, the home directory) keep their mount paths; a volume may sit below them."""
+    if posixpath.normpath(path) in SCRATCH_MOUNT_PATHS:
+        yield (f"{field} {path!r} must not be {' or '.join(SCRATCH_MOUNT_PATHS)}: the trainer's root filesystem is "
+               "read-only and these are its writable directories (a directory below them is fine)")
+
+
+def _function_problems(function: Mapping[str, Any] | None) -> Iterator[str]:
+    if function is not None and not is_dns1123_subdomain(function.get("configMap", "")):
+        yield f"function.configMap {function.get('configMap')!r} must be a ConfigMap name (a DNS-1123 subdomain)"
 
 
 def _resource_problems(resources: Mapping[str, Any]) -> Iterator[str]:

@@ -16,9 +16,11 @@ MANIFEST_CRDS = [chart.MANIFESTS_DIR / "crd.yaml", chart.MANIFESTS_DIR / "kopf-p
 VALUE_SETS = {
     "default": (),
     "namespaced-peering": ("watchNamespaces={team-a,team-b}", "peering.enabled=true", "logLevel=DEBUG",
-                           "trainerImage=registry.example/pets-trainer:1.2.3", "livenessPort=9090"),
+                           "trainerImage=registry.example/pets-trainer:1.2.3", "livenessPort=9090",
+                           "metrics.port=9100",
+                           "metrics.networkPolicyFrom[0].namespaceSelector.matchLabels.name=monitoring"),
     "cluster-rbac-for-namespaces": ("watchNamespaces={team-a}", "rbac.scope=cluster", "peering.enabled=true",
-                                    "peering.name=pets-ha"),
+                                    "peering.name=pets-ha", "networkPolicy.enabled=false", "metrics.enabled=false"),
     "bring-your-own-account": ("rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=ops",
                                "replicas=0", "image.repository=registry.example/pets-operator", "image.tag=dev",
                                "image.pullPolicy=Always", "imagePullSecrets[0].name=regcred",
@@ -91,13 +93,16 @@ def test_include_crds_renders_the_manifest_crds(k8s_tools):
 
 def test_default_install_is_cluster_wide_standalone_and_locked_down(k8s_tools):
     objects = render(k8s_tools)
-    assert {obj["kind"] for obj in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"}
+    assert {obj["kind"] for obj in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
+                                                "NetworkPolicy", "Service"}
     env = operator_env(objects)
     assert env["PETS_OPERATOR_NAMESPACES"] == ""
     assert env["PETS_OPERATOR_PEERING"] == ""
     assert env["PETS_OPERATOR_TRAINER_IMAGE"] == "pets-trainer:0.1.0"
     assert env["PETS_OPERATOR_LOG_LEVEL"] == "INFO"
     assert env["PETS_OPERATOR_LIVENESS_PORT"] == "8080"
+    assert env["PETS_OPERATOR_NETWORK_POLICY"] == "true"
+    assert env["PETS_OPERATOR_METRICS_PORT"] == "8000"
 
     deployment = the(objects, "Deployment")
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -113,8 +118,59 @@ def test_default_install_is_cluster_wide_standalone_and_locked_down(k8s_tools):
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
         "capabilities": {"drop": ["ALL"]}}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
-    assert container["ports"] == [{"name": "healthz", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["ports"] == [{"name": "healthz", "containerPort": 8080, "protocol": "TCP"},
+                                  {"name": "metrics", "containerPort": 8000, "protocol": "TCP"}]
     assert set(container["resources"]) == {"requests", "limits"}
+
+
+def test_the_operator_pods_admit_ingress_only_to_their_metrics(k8s_tools):
+    objects = render(k8s_tools)
+    policy = the(objects, "NetworkPolicy")
+    template = the(objects, "Deployment")["spec"]["template"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= template["metadata"]["labels"].items()  # it selects the operator's pods
+    assert policy["metadata"]["namespace"] == "pets-operator"
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]
+    without_metrics = the(render(k8s_tools, "metrics.enabled=false"), "NetworkPolicy")
+    assert "ingress" not in without_metrics["spec"]  # nothing admitted
+    restricted = the(render(k8s_tools, *VALUE_SETS["namespaced-peering"]), "NetworkPolicy")
+    assert restricted["spec"]["ingress"][0]["from"] == [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}]
+
+
+def test_metrics_service_and_optional_service_monitor(k8s_tools):
+    objects = render(k8s_tools)
+    service = the(objects, "Service")
+    pod_labels = the(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["metadata"]["name"] == "pets-operator-metrics"
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8000, "targetPort": "metrics", "protocol": "TCP"}]
+    assert not by_kind(objects, "ServiceMonitor")
+
+    monitored = render(k8s_tools, "metrics.serviceMonitor.enabled=true", "metrics.serviceMonitor.labels.release=prom",
+                       "metrics.serviceMonitor.interval=15s")
+    monitor = the(monitored, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= the(monitored, "Service")["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s",
+                                             "scrapeTimeout": "10s"}]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["pets-operator"]}
+
+    off = render(k8s_tools, "metrics.enabled=false", "metrics.serviceMonitor.enabled=true")
+    assert not by_kind(off, "Service") and not by_kind(off, "ServiceMonitor")
+    assert operator_env(off)["PETS_OPERATOR_METRICS_PORT"] == "0"
+    assert [p["name"] for p in the(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["ports"]] == ["healthz"]
+
+
+def test_network_policies_can_be_turned_off(k8s_tools):
+    for sets in (("networkPolicy.enabled=false",), ("networkPolicy.enabled=false", "watchNamespaces={team-a}")):
+        objects = render(k8s_tools, *sets)
+        assert not by_kind(objects, "NetworkPolicy")
+        assert operator_env(objects)["PETS_OPERATOR_NETWORK_POLICY"] == "false"
+        for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+            assert not [rule for rule in rule_set(role) if rule[0] == "networking.k8s.io"]
+    for role in by_kind(render(k8s_tools, "watchNamespaces={team-a}"), "Role"):
+        assert ("networking.k8s.io", "networkpolicies", "create") in rule_set(role)
 
 
 def test_cluster_role_grants_only_what_the_operator_uses(k8s_tools):
@@ -127,6 +183,7 @@ def test_cluster_role_grants_only_what_the_operator_uses(k8s_tools):
         ("", "pods", verb) for verb in ("get", "list", "watch", "create", "delete")
     } | {
         ("", "services", "create"), ("", "pods/log", "get"), ("", "events", "create"),
+        ("networking.k8s.io", "networkpolicies", "create"),
     } | {
         ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")
     }
@@ -189,7 +246,7 @@ def test_several_replicas_stand_by_through_peering(k8s_tools):
 
 def test_existing_service_account_without_rbac(k8s_tools):
     objects = render(k8s_tools, *VALUE_SETS["bring-your-own-account"])
-    assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment"}
+    assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment", "NetworkPolicy", "Service"}
     deployment = the(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == 0
@@ -211,6 +268,8 @@ def test_existing_service_account_without_rbac(k8s_tools):
     (("watchNamespaces={Not_A_Namespace}",), "watchNamespaces"),
     (("logLevel=LOUD",), "logLevel"),
     (("unknownKey=1",), "unknownKey"),
+    (("metrics.port=8080",), "metrics.port and livenessPort must differ"),
+    (("metrics.serviceMonitor.interval=often",), "interval"),
 ])
 def test_bad_values_are_refused_with_a_message(k8s_tools, sets, message):
     with pytest.raises(chart.HelmError, match=message.replace(".", r"\.").replace("=", "=")):
@@ -231,13 +290,15 @@ def test_notes_tell_how_to_submit_and_watch_the_sample_job(k8s_tools):
 CLIENT_VERBS = {"create": "create", "delete": "delete", "read": "get", "get": "get", "list": "list",
                 "patch": "patch", "replace": "update"}
 CLIENT_RESOURCES = {"pod": ("", "pods"), "service": ("", "services"), "pod_log": ("", "pods/log"),
+                    "network_policy": ("networking.k8s.io", "networkpolicies"),
                     "custom_object": ("training.pets.dev", "petstrainingjobs"),
                     "custom_object_status": ("training.pets.dev", "petstrainingjobs/status"),
                     "event": ("", "events")}
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every `self.core.*` / `self.custom.*` call in pets_operator/kube.py."""
+    """(group, resource, verb) of every `self.core.*` / `self.custom.*` / `self.networking.*` call in
+    pets_operator/kube.py."""
     import ast
 
     import pets_operator.kube
@@ -246,7 +307,7 @@ def operator_api_calls() -> set[tuple[str, str, str]]:
     needed = set()
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-                and node.value.attr in ("core", "custom") and node.attr != "api_client"):
+                and node.value.attr in ("core", "custom", "networking") and node.attr != "api_client"):
             verb, _, rest = node.attr.partition("_")
             kind = rest.removeprefix("namespaced_")
             assert verb in CLIENT_VERBS and kind in CLIENT_RESOURCES, \

@@ -43,7 +43,7 @@ def test_worker_failure_within_backoff_restarts_the_group(api, operator_process,
     operator = operator_process(stand_in_env)
     marker = tmp_path / "failed-once"
     api.create_job("flaky", job_spec(backoffLimit=1, env=[{"name": "STAND_IN_FAIL_RANK", "value": "1"},
-                                                         {"name": "STAND_IN_FAIL_ONCE", "value": str(marker)}]))
+                                                         {"name": "STAND_IN_FAIL_ONCE", "value": f"host:{marker}"}]))
     wait_for("Succeeded", lambda: phase(api, "flaky") == "Succeeded", 90, operator.logs)
     status = api.job("flaky")["status"]
     assert marker.exists() and status["restarts"] == 1

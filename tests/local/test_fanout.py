@@ -53,6 +53,23 @@ def test_the_collector_wakes_only_for_changes_that_can_give_it_work(change_type,
     assert needs_sweep(change) is expected
 
 
+@pytest.mark.parametrize("change_type, old_meta, new_meta, expected", [
+    ("ADDED", None, {"ownerReferences": [{"uid": "live"}]}, False),  # a pod of a running job
+    ("ADDED", None, {"ownerReferences": [{"uid": "gone"}]}, True),  # dangling: garbage at once
+    ("ADDED", None, {"ownerReferences": [{"uid": "deleting"}]}, True),  # its owner may wait for it (foreground)
+    ("ADDED", None, {"finalizers": ["x"]}, False),  # a finalizer is work only once the object is deleted
+    ("MODIFIED", {}, {"finalizers": ["x"]}, False),
+    ("MODIFIED", {"ownerReferences": [{"uid": "deleting"}]}, {}, True),  # its foreground owner may finish now
+    ("MODIFIED", {}, {"deletionTimestamp": "2026-01-01T00:00:00Z"}, True),
+])
+def test_with_the_owners_at_hand_the_collector_wakes_only_when_an_owner_is_gone_or_going(
+        change_type, old_meta, new_meta, expected):
+    owners = {"live": configmap("live", 1), "deleting": configmap("deleting", 1, deletionTimestamp="t")}
+    old = None if old_meta is None else configmap("a", 2, **old_meta)
+    change = store.Change(change_type, KEY, 3, configmap("a", 3, **new_meta), old)
+    assert needs_sweep(change, owners.get) is expected
+
+
 def test_a_burst_of_changes_reaches_every_watch_complete_and_in_order(local_cluster):
     """Changes made in one event-loop turn are queued together and leave in one write per stream."""
     count = 200

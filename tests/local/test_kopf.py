@@ -26,8 +26,8 @@ OPERATOR = textwrap.dedent('''
         patch.status["message"] = f"nodes={spec['numNodes']}"
         kopf.info(body, reason="Seen", message="hello from kopf")
 
-    @kopf.on.field("training.pets.dev", "v1alpha1", "petstrainingjobs", field="spec.epochs")
-    def epochs_changed(new, patch, **_):
+    @kopf.on.field("training.pets.dev", "v1alpha1", "petstrainingjobs", field="spec.ttlSecondsAfterFinished")
+    def ttl_changed(new, patch, **_):
         patch.status["currentEpoch"] = new
 
     @kopf.on.delete("training.pets.dev", "v1alpha1", "petstrainingjobs")
@@ -58,7 +58,7 @@ def test_kopf_handles_create_update_and_delete(local_cluster, tmp_path):
             assert events[0].message == "hello from kopf" and events[0].involved_object.name == "k"
 
             time.sleep(2.5)  # past the server-side watch timeout: the change arrives on a resumed watch
-            custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "k", {"spec": {"epochs": 7}})
+            custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "k", {"spec": {"ttlSecondsAfterFinished": 7}})
             wait_for(lambda: read().get("status", {}).get("currentEpoch") == 7, timeout=30, what="kopf's field handler")
 
             custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "k")

@@ -56,6 +56,64 @@ def test_security_defaults(job, spec):
     assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     container = pod["spec"]["containers"][0]["securityContext"]
     assert container["allowPrivilegeEscalation"] is False and container["capabilities"] == {"drop": ["ALL"]}
+    assert container["readOnlyRootFilesystem"] is True
+
+
+def test_a_read_only_root_gets_writable_tmp_and_home(job, spec):
+    pod = builders.pod_body(job, spec, 0, 0)
+    assert volume(pod, "tmp") == {"name": "tmp", "emptyDir": {}}
+    assert volume(pod, "home") == {"name": "home", "emptyDir": {}}
+    assert mount(pod, "tmp") == {"name": "tmp", "mountPath": "/tmp"}
+    assert mount(pod, "home") == {"name": "home", "mountPath": "/home/trainer"}
+    env = env_of(pod)
+    # The caches (Hugging Face's, torch hub's) default to XDG_CACHE_HOME: inside the home emptyDir.
+    assert env["HOME"] == "/home/trainer" and env["XDG_CACHE_HOME"] == "/home/trainer/.cache"
+    assert "TMPDIR" not in env  # /tmp itself is the emptyDir
+    paths = [m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]]
+    assert len(paths) == len(set(paths))
+
+
+def test_the_job_s_identity_and_resume_rule_reach_the_trainer(job, spec):
+    env = env_of(builders.pod_body(job, spec, 1, 0))
+    assert (env["JOB_UID"], env["JOB_NAME"], env["JOB_NAMESPACE"]) == ("uid-1", "pets", "ml")
+    assert "RESUME_FROM" not in env  # no checkpoint
+    with_checkpoint = with_defaults({**spec, "checkpoint": {}}, "img")
+    assert env_of(builders.pod_body(job, with_checkpoint, 0, 0))["RESUME_FROM"] == "SameJob"
+    taking_over = with_defaults({**spec, "checkpoint": {"resumeFrom": "AnyJob"}}, "img")
+    assert env_of(builders.pod_body(job, taking_over, 0, 0))["RESUME_FROM"] == "AnyJob"
+
+
+def selects(selector, labels):
+    """A LabelSelector's matchLabels/matchExpressions (In, NotIn, Exists, DoesNotExist) against labels."""
+    ok = all(labels.get(key) == value for key, value in (selector.get("matchLabels") or {}).items())
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        ok = ok and {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
+                     "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels}[operator]()
+    return ok
+
+
+def test_the_network_policy_admits_ingress_only_from_the_job_s_own_pods(job, spec):
+    policy = builders.network_policy_body(job)
+    assert (policy["apiVersion"], policy["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
+    assert policy["metadata"]["namespace"] == "ml"
+    assert policy["metadata"]["ownerReferences"] == [builders.owner_reference(job)]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress (DNS, storage) stays open
+    (rule,) = policy["spec"]["ingress"]
+    assert "ports" not in rule  # the collectives connect on ports of their own choosing
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}  # no namespaceSelector: the job's namespace only
+    # Every pod of the job, of every attempt, is both protected and admitted ...
+    own = [builders.pod_body(job, spec, index, attempt)["metadata"]["labels"] for index in (0, 1) for attempt in (0, 3)]
+    assert all(selects(policy["spec"]["podSelector"], labels) for labels in own)
+    assert all(selects(peer["podSelector"], labels) for labels in own)
+    # ... and no pod of another job, not even one whose name starts the same way.
+    for other_name in ("pets-2", "other", "pet"):
+        other = {**job, "metadata": {**job["metadata"], "name": other_name, "uid": "uid-2"}}
+        labels = builders.pod_body(other, spec, 0, 0)["metadata"]["labels"]
+        assert not selects(policy["spec"]["podSelector"], labels)
+        assert not selects(peer["podSelector"], labels)
+    assert not selects(peer["podSelector"], {})  # nor a pod without labels
 
 
 def test_service_account_mounts_its_token(job, spec):
@@ -128,5 +186,13 @@ def test_bodies_are_valid_kubernetes_objects(job):
                           "resources": {"limits": {"cpu": "2", "nvidia.com/gpu": 1}},
                           "tolerations": [{"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute",
                                            "tolerationSeconds": 5}]}, "img")
-    for body in (builders.service_body(job, spec), builders.pod_body(job, spec, 2, 1)):
+    for body in (builders.service_body(job, spec), builders.pod_body(job, spec, 2, 1),
+                 builders.network_policy_body(job)):
         kubernetes_validate.validate(body, "1.30", strict=True)
+
+
+def test_the_trainer_s_error_is_its_termination_message(job, spec):
+    container = builders.pod_body(job, spec, 0, 0)["spec"]["containers"][0]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert env_of(builders.pod_body(job, spec, 0, 0))["TERMINATION_MESSAGE_PATH"] == container["terminationMessagePath"]

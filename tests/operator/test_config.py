@@ -37,7 +37,8 @@ def test_replicas_of_a_peering_get_distinct_priorities_unless_given():
 
 @pytest.mark.parametrize("env, word", [({"PETS_OPERATOR_LOG_LEVEL": "loud"}, "PETS_OPERATOR_LOG_LEVEL"),
                                        ({"PETS_OPERATOR_LIVENESS_PORT": "http"}, "PETS_OPERATOR_LIVENESS_PORT"),
-                                       ({"PETS_OPERATOR_LIVENESS_PORT": "70000"}, "PETS_OPERATOR_LIVENESS_PORT")])
+                                       ({"PETS_OPERATOR_LIVENESS_PORT": "70000"}, "PETS_OPERATOR_LIVENESS_PORT"),
+                                       ({"PETS_OPERATOR_NETWORK_POLICY": "maybe"}, "PETS_OPERATOR_NETWORK_POLICY")])
 def test_bad_configuration_names_the_variable(env, word):
     with pytest.raises(ConfigError, match=word):
         from_environ(env)
@@ -57,3 +58,10 @@ def test_trainer_command_override():
     for bad in ("python x.py", "[]", '[""]', "[1]"):
         with pytest.raises(ConfigError, match="PETS_OPERATOR_TRAINER_COMMAND"):
             from_environ({"PETS_OPERATOR_TRAINER_COMMAND": bad})
+
+
+def test_network_policies_are_on_unless_turned_off():
+    assert from_environ({}).network_policy is True
+    assert from_environ({"PETS_OPERATOR_NETWORK_POLICY": ""}).network_policy is True
+    assert from_environ({"PETS_OPERATOR_NETWORK_POLICY": "false"}).network_policy is False
+    assert from_environ({"PETS_OPERATOR_NETWORK_POLICY": " True "}).network_policy is True

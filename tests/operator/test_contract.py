@@ -17,6 +17,11 @@ NOT_IN_ENV = {
     "activeDeadlineSeconds", "ttlSecondsAfterFinished", "env",
     "data.persistentVolumeClaim", "data.hostPath", "data.path",  # -> the data volume and DATA_DIR
     "checkpoint.persistentVolumeClaim", "checkpoint.hostPath", "checkpoint.path",  # -> CHECKPOINT_DIR
+    "data.mountPath",  # -> the data volume's mount and DATA_DIR
+    "function.configMap", "function.key",  # -> the function volume and FUNCTION_FILE
+    "suspend",  # -> whether the group's pods exist at all
+    "queueName", "priorityClassName",  # -> the pods' Kueue labels, priorityClassName
+    "gangScheduling.scheduler", "gangScheduling.scheduleTimeoutSeconds",  # -> the PodGroup, schedulerName
 }
 
 SPECS = {
@@ -26,10 +31,14 @@ SPECS = {
         "pretrainedWeights": "/weights/r18.safetensors", "mixedPrecision": "bf16", "seed": 9, "batchSize": 16,
         "epochs": 7, "maxLearningRate": 0.0125, "numWorkers": 2, "imageSize": 128,
         "data": {"synthetic": {"classes": 5, "imagesPerClass": 11, "imageSize": 48}, "path": "gen"},
-        "checkpoint": {"hostPath": "/srv/ckpt", "path": "/state"},
+        "checkpoint": {"hostPath": "/srv/ckpt", "path": "/state", "resumeFrom": "AnyJob"},
+        "function": {"configMap": "pets-function"},
     },
     "volume data": {"numNodes": 2, "data": {"persistentVolumeClaim": {"claimName": "pets"}, "path": "images"},
                     "checkpoint": {}},
+    "shipped function": {"numNodes": 2, "function": {"configMap": "fn", "key": "f.pkl"},
+                         "data": {"hostPath": "/home/me/pets", "mountPath": "/home/me/pets", "path": "images"}},
+    "shipped function without data": {"numNodes": 2, "function": {"configMap": "fn"}},
 }
 
 
@@ -49,6 +58,12 @@ def trainer_view(env: list[dict[str, str]]):
     return make_plan(values), make_train_config(values)
 
 
+def parent_absent(spec, path: str) -> bool:
+    """A field under an object the spec leaves out (checkpoint.resumeFrom without a checkpoint)."""
+    parent = path.rpartition(".")[0]
+    return bool(parent) and contract.get_path(spec, parent) is None
+
+
 def seen_by_trainer(option: str, plan, config):
     if option.startswith("synthetic_"):
         return (plan.synthetic or {}).get(option)
@@ -63,15 +78,20 @@ def test_the_trainer_sees_exactly_the_spec(name):
 
 
 def check_pod(spec, index):
-    plan, config = trainer_view(builders.pod_env("pets", "ml", index, spec))
+    plan, config = trainer_view(builders.pod_env("pets", "ml", index, spec, uid="uid-1"))
     for entry in contract.ENTRIES:
         if entry.kind == contract.SPEC:
-            assert seen_by_trainer(entry.option, plan, config) == contract.get_path(spec, entry.spec), entry.spec
+            expected = contract.get_path(spec, entry.spec)
+            if expected is None and parent_absent(spec, entry.spec) and hasattr(config, entry.option):
+                expected = contract.option_defaults().get(entry.option)  # unset: the trainer's default is the CRD's
+            assert seen_by_trainer(entry.option, plan, config) == expected, entry.spec
+    assert (config.job_uid, config.job_name, config.job_namespace) == ("uid-1", "pets", "ml")
     assert plan.machine_rank == index
     assert plan.num_processes == spec["numNodes"] * spec["processesPerNode"]
     if spec["numNodes"] > 1:
         assert plan.main_process_ip == "pets-0.pets-workers.ml.svc"
     assert config.data_dir == builders.data_dir(spec)
+    assert plan.function_file == builders.function_file(spec)
     assert config.checkpoint_dir == (spec.get("checkpoint") or {}).get("path")
 
 
@@ -85,7 +105,8 @@ def test_defaults_are_the_crds_on_both_sides():
             for key in entry.spec.split("."):
                 node = node["properties"][key]
             if "default" in node:
-                assert contract.get_path(spec, entry.spec) == node["default"], entry.spec
+                if not parent_absent(spec, entry.spec):
+                    assert contract.get_path(spec, entry.spec) == node["default"], entry.spec
                 assert contract.option_defaults()[entry.option] == node["default"], entry.spec
     by_hand = make_train_config({})
     assert by_hand == TrainConfig()
@@ -119,7 +140,7 @@ def test_names_are_unique_and_the_reserved_set_is_what_the_operator_writes():
     options = [e.option for e in contract.ENTRIES if e.option]
     assert len(set(options)) == len(options)
     full = with_defaults({**SPECS["every field set"]}, "img")
-    written = {item["name"] for item in builders.pod_env("pets", "ml", 0, full)}
+    written = {item["name"] for item in builders.pod_env("pets", "ml", 0, full, uid="uid-1")}
     assert written == contract.RESERVED_ENV
     # Every pets-train option is a contract entry: the parser has no name of its own.
     assert {o.dest for o in TRAIN_OPTIONS + LAUNCH_OPTIONS} == set(options)

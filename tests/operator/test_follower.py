@@ -57,3 +57,87 @@ def test_follower_gives_up_when_the_pod_is_gone():
     follower = PodLogFollower("uid", unreadable, lambda: None, EpochBook([], lambda _: None), lambda: None)
     follower._run()
     assert follower.drained.is_set()
+
+
+def entry(epoch, accuracy):
+    return {"epoch": epoch, "accuracy": accuracy}
+
+
+def test_book_keeps_nothing_at_or_beyond_spec_epochs():
+    published = []
+    stale = [entry(n, 0.1 * n) for n in range(8)]  # a run with more epochs than the spec now has
+    book = EpochBook(stale, published.append, limit=5)
+    assert [e["epoch"] for e in book.epochs] == [0, 1, 2, 3, 4]
+    assert book.fields()["currentEpoch"] == 4
+    assert not book.add([entry(5, 0.9)]) and published == []
+
+
+def test_book_ignores_lines_of_another_attempt():
+    published = []
+    book = EpochBook([], published.append, attempt=1)
+    assert not book.add([entry(0, 0.5)], attempt=0)
+    assert book.add([entry(0, 0.6)], attempt=1)
+    assert book.epochs == [entry(0, 0.6)]
+
+
+def test_a_restart_without_checkpoint_forgets_the_epochs():
+    published = []
+    book = EpochBook([entry(0, 0.5), entry(1, 0.6), entry(2, 0.7)], published.append, attempt=0)
+    book.start_attempt(1, keep=False)
+    assert book.epochs == [] and book.fields() == {"epochs": [], "accuracy": None, "bestAccuracy": None,
+                                                    "currentEpoch": None}
+    assert not book.add([entry(3, 0.9)], attempt=0)  # the old pod 0's log, still being read
+    assert book.add([entry(0, 0.4)], attempt=1)
+    assert published[-1] == {"epochs": [entry(0, 0.4)], "accuracy": 0.4, "bestAccuracy": 0.4, "currentEpoch": 0}
+
+
+def test_a_restart_with_checkpoint_keeps_epochs_up_to_the_resume_point():
+    published = []
+    book = EpochBook([entry(0, 0.5), entry(1, 0.6), entry(2, 0.7)], published.append, attempt=0)
+    book.start_attempt(1, keep=True)
+    assert len(book.epochs) == 3  # until the new group says otherwise
+    # The checkpoint holds epochs 0 and 1 (epoch 2 finished but its save was cut off): re-reported.
+    assert not book.add([entry(0, 0.5)], attempt=1, resumed=True)
+    assert not book.add([entry(1, 0.6)], attempt=1, resumed=True)
+    # The first epoch it trains is 2 again: the old epoch 2 is replaced, nothing beyond it stays.
+    assert book.add([entry(2, 0.75)], attempt=1)
+    assert book.epochs == [entry(0, 0.5), entry(1, 0.6), entry(2, 0.75)]
+
+
+def test_a_restart_with_an_unusable_checkpoint_starts_over():
+    book = EpochBook([entry(0, 0.5), entry(1, 0.6), entry(2, 0.7)], lambda _: None, attempt=0)
+    book.start_attempt(1, keep=True)
+    assert book.add([entry(0, 0.3)], attempt=1)  # fresh, nothing re-reported
+    assert book.epochs == [entry(0, 0.3)]
+
+
+def test_a_failed_publish_records_nothing_so_a_reread_publishes_again():
+    published = []
+
+    def flaky(fields):
+        if not published:
+            published.append(None)
+            raise ConnectionError("API down")
+        published.append(fields)
+
+    book = EpochBook([], flaky)
+    try:
+        book.add([entry(0, 0.5)])
+    except ConnectionError:
+        pass
+    assert book.epochs == []
+    assert book.add([entry(0, 0.5)]) and published[-1]["currentEpoch"] == 0
+
+
+def test_follower_passes_its_attempt_and_resumed_lines_to_the_book():
+    calls = []
+
+    class Book:
+        def add(self, entries, attempt=None, resumed=False):
+            calls.append(([e["epoch"] for e in entries], attempt, resumed))
+
+    resumed_line = json.dumps({"event": "epoch", "epoch": 0, "accuracy": 0.5, "resumed": True}) + "\n"
+    response = FakeResponse([resumed_line, epoch_line(1, 0.6)])
+    follower = PodLogFollower("uid", lambda: response, lambda: ("uid", "Succeeded"), Book(), lambda: None, attempt=2)
+    follower._run()
+    assert calls == [([0], 2, True), ([1], 2, False)]

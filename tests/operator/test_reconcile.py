@@ -24,8 +24,11 @@ def test_a_new_job_creates_every_pod(spec):
     assert plan.create_pods == [0, 1] and plan.delete_pods == []
     assert plan.status["phase"] == "Pending" and plan.status["restarts"] == 0
     assert plan.status["observedGeneration"] == 1 and plan.status["startTime"] == "2026-01-01T00:00:00Z"
-    assert condition(plan, "Created")["status"] == "True"
-    assert [e.reason for e in plan.events] == ["Created"]
+    # Nothing is claimed before the objects exist: Created comes once the pods are there.
+    assert "conditions" not in plan.status and plan.events == []
+    created = step(spec, plan.status, pods("Pending", "Pending"))
+    assert condition(created, "Created")["status"] == "True"
+    assert [e.reason for e in created.events] == ["Created"]
 
 
 def test_only_missing_pods_are_created(spec):
@@ -37,8 +40,12 @@ def test_a_repeated_creation_step_posts_no_second_event(spec):
     first = step(spec)
     again = step(spec, first.status)
     assert again.create_pods == [0, 1] and again.events == []
-    restarted = step(spec, {**first.status, "restarts": 1})
+    created = step(spec, again.status, pods("Pending", "Pending"))
+    assert [e.reason for e in created.events] == ["Created"]
+    assert step(spec, created.status, pods("Running", "Pending")).events == []
+    restarted = step(spec, {**created.status, "restarts": 1, "attempt": 1}, pods("Pending", "Pending", attempt=1))
     assert [e.reason for e in restarted.events] == ["Created"]
+    assert condition(restarted, "Created")["message"].endswith("attempt 1")
 
 
 def test_all_running(spec):
@@ -73,10 +80,11 @@ def test_failure_within_backoff_restarts_the_whole_group(spec):
     assert sorted(plan.delete_pods) == ["pets-0", "pets-1"]
     assert condition(plan, "Restarting")["status"] == "True"
     assert "worker pets-1 failed (exit code 1)" in plan.status["message"]
-    # The old group's pods are stale now: nothing new until they are gone.
+    # The old group's pods are stale now: nothing new until they are gone (the finished one too: the new
+    # group needs its name; the runner asks the API once per pod).
     waiting = step(spec, plan.status, pods("Running", "Failed"))
-    assert waiting.create_pods == [] and waiting.delete_pods == ["pets-0"]
-    assert waiting.status["restarts"] == 1
+    assert waiting.create_pods == [] and waiting.delete_pods == ["pets-0", "pets-1"]
+    assert waiting.status["restarts"] == 1 and waiting.status["attempt"] == 1
     recreate = step(spec, plan.status, [])
     assert recreate.create_pods == [0, 1]
     back = step(spec, recreate.status, pods("Running", "Running", attempt=1))
@@ -132,3 +140,52 @@ def test_reconcile_is_idempotent(spec):
 def test_epoch_fields_are_not_touched(spec):
     status = {**step(spec).status, "epochs": [{"epoch": 0, "accuracy": 0.5}], "accuracy": 0.5}
     assert "epochs" not in step(spec, status, pods("Running", "Running")).status
+
+
+def test_an_unschedulable_worker_says_why_in_the_status(spec):
+    reason = "0/1 nodes are available: 1 Insufficient cpu."
+    stuck = [PodView("pets-0", "u0", 0, 0, "Pending", unschedulable=reason),
+             PodView("pets-1", "u1", 1, 0, "Pending", unschedulable=reason)]
+    plan = step(spec, step(spec).status, stuck)
+    assert plan.status["phase"] == "Pending"
+    assert plan.status["message"] == f"0 of 2 worker(s) running; pod pets-0 cannot be scheduled: {reason}"
+    scheduled = condition(plan, "Scheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable") and reason in scheduled["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Normal", "Created"), ("Warning", "Unschedulable")]
+    assert step(spec, plan.status, stuck).events == []  # once per reason
+    running = step(spec, plan.status, pods("Running", "Running"))
+    assert condition(running, "Scheduled")["status"] == "True" and running.status["phase"] == "Running"
+
+
+def test_no_scheduled_condition_when_every_worker_fits(spec):
+    plan = step(spec, step(spec).status, pods("Running", "Running"))
+    assert {c["type"] for c in plan.status["conditions"]} == {"Created", "Running"}
+
+
+def test_a_restart_without_checkpoint_clears_the_epochs(spec):
+    spec = {**spec, "backoffLimit": 2}
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    plan = step(spec, running, pods("Running", "Failed"))
+    assert plan.new_attempt == 1 and plan.clear_epochs is True
+    assert "no checkpoint: training starts again from epoch 0" in plan.status["message"]
+    back = step(spec, plan.status, pods("Running", "Running", attempt=1))
+    assert back.status["message"] == "2 of 2 worker(s) running (attempt 1, restart 1 of 2)"
+    assert back.new_attempt is None and back.clear_epochs is False
+
+
+def test_a_restart_with_a_checkpoint_keeps_the_epochs(spec):
+    spec = {**spec, "backoffLimit": 1, "checkpoint": {"path": "/checkpoints"}}
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    plan = step(spec, running, pods("Failed", "Running"))
+    assert plan.new_attempt == 1 and plan.clear_epochs is False
+    assert "resuming from the last checkpoint" in plan.status["message"]
+
+
+def test_a_failed_worker_s_cause_is_in_the_message_and_the_condition(spec):
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    failed = [pods("Running")[0], PodView("pets-1", "u1", 1, 0, "Failed", exit_code=1, reason="Error",
+                                          message="unknown timm model 'resnet5' (see timm.list_models())")]
+    plan = step(spec, running, failed)
+    expected = "worker pets-1 failed (exit code 1; Error): unknown timm model 'resnet5' (see timm.list_models())"
+    assert plan.status["message"].startswith(expected)
+    assert condition(plan, "Failed")["message"].startswith(expected)

@@ -1,7 +1,9 @@
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from pets_operator import names
-from pets_operator.status import PodView, pod_view, set_condition, workers
+from pets_operator.status import PodView, failure_cause, pod_view, set_condition, workers
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -41,3 +43,36 @@ def test_condition_transition_time_moves_only_on_flips():
     flipped = set_condition(same, "Running", False, "Completed", "done", T0 + timedelta(seconds=9))
     assert flipped[0]["lastTransitionTime"] == "2026-01-01T00:00:09Z" and flipped[0]["status"] == "False"
     assert first[0]["status"] == "True"  # inputs are not modified
+
+
+def test_the_termination_message_is_the_failure_s_cause():
+    view = pod_view(pod("Failed", ready=False, terminated={
+        "exitCode": 1, "reason": "Error", "message": "unknown timm model 'resnet5' (see timm.list_models())"}))
+    assert view.describe_failure() == \
+        "worker pets-1 failed (exit code 1; Error): unknown timm model 'resnet5' (see timm.list_models())"
+
+
+@pytest.mark.parametrize("message, cause", [
+    ("model 'resnet5' is not a timm model\n", "model 'resnet5' is not a timm model"),
+    # FallbackToLogsOnError: the log's tail; the trainer's `error:` line wins, also behind a rank tag.
+    ("loading\nerror: DATA_DIR /data/x does not exist\nW1203 shutdown\n", "DATA_DIR /data/x does not exist"),
+    ("[rank0]: error: pretrained weights file /w.pt does not exist\n[rank1]: bye",
+     "pretrained weights file /w.pt does not exist"),
+    ("Traceback (most recent call last):\n  File \"x\", line 1\nRuntimeError: CUDA out of memory",
+     "RuntimeError: CUDA out of memory"),
+    ("", None), ("\n  \n", None), (None, None),
+])
+def test_failure_cause(message, cause):
+    assert failure_cause(message) == cause
+
+
+def test_a_long_cause_is_cut():
+    assert len(failure_cause("x" * 5000)) == 400
+
+
+def test_pod_view_reads_the_scheduler_s_reason():
+    unscheduled = {"metadata": pod()["metadata"], "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/1 nodes are available: 1 Insufficient cpu."}]}}
+    assert pod_view(unscheduled).unschedulable == "0/1 nodes are available: 1 Insufficient cpu."
+    assert pod_view(pod()).unschedulable is None

@@ -13,6 +13,9 @@ def problems(name="pets", **spec):
 def test_a_plain_job_is_valid():
     assert problems() == []
     assert problems(data={"persistentVolumeClaim": {"claimName": "c"}, "path": "a/b"}, checkpoint={}) == []
+    # Below the writable emptyDirs (/tmp, the home directory) a volume may sit: a nested mount.
+    assert problems(data={"hostPath": "/srv/pets", "mountPath": "/tmp/pets"},
+                    checkpoint={"path": "/home/trainer/c"}) == []
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -27,6 +30,8 @@ def test_a_plain_job_is_valid():
     ({"checkpoint": {"path": "checkpoints"}}, "checkpoint.path"),
     ({"checkpoint": {"path": "/data/ckpt"}}, "inside the data mount"),
     ({"checkpoint": {"hostPath": "/a", "persistentVolumeClaim": {"claimName": "c"}}}, "at most one"),
+    ({"checkpoint": {"path": "/tmp"}}, "checkpoint.path '/tmp' must not be /tmp or /home/trainer"),
+    ({"data": {"synthetic": {}, "mountPath": "/home/trainer/"}}, "the trainer's root filesystem is read-only"),
     ({"resources": {"limits": {"memory": "lots"}}}, "resources.limits.memory: 'lots' is not a quantity"),
     ({"resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}, "must not exceed"),
     ({"env": [{"name": "MASTER_ADDR", "value": "x"}]}, "set by the operator"),

@@ -41,7 +41,8 @@ def free_port() -> int:
 
 
 POD_KEYS = {"MASTER_ADDR", "MASTER_PORT", "NUM_MACHINES", "MACHINE_RANK", "NPROC_PER_NODE", "WORLD_SIZE",
-            "JOB_COMPLETION_INDEX", "RANK", "LOCAL_RANK", "DATA_DIR", "CHECKPOINT_DIR", "OMP_NUM_THREADS"}
+            "JOB_COMPLETION_INDEX", "RANK", "LOCAL_RANK", "DATA_DIR", "CHECKPOINT_DIR", "OMP_NUM_THREADS",
+            "JOB_UID", "JOB_NAME", "JOB_NAMESPACE", "RESUME_FROM"}
 
 
 def _trainer_env(tiny: bool = True, synthetic: bool = False, **values: str) -> dict[str, str]:

@@ -30,7 +30,8 @@ JOB_SPEC = {
     "data": {"persistentVolumeClaim": {"claimName": "pets"}, "path": "images"}, "checkpoint": {},
 }
 POD_ENV = {
-    **{item["name"]: item["value"] for item in pod_env("job", "default", 2, with_defaults(JOB_SPEC, "img"))},
+    **{item["name"]: item["value"]
+       for item in pod_env("job", "default", 2, with_defaults(JOB_SPEC, "img"), uid="uid-9")},
     "OMP_NUM_THREADS": "3",
 }
 
@@ -61,6 +62,7 @@ def test_pod_environment_becomes_a_multi_node_launch():
         data_dir="/data/images", model="resnet18d", pretrained=True,
         pretrained_weights="/weights/resnet18d.safetensors", mixed_precision="bf16", seed=9, batch_size=16,
         epochs=7, max_lr=0.01, num_workers=2, image_size=128, checkpoint_dir="/checkpoints",
+        job_uid="uid-9", job_name="job", job_namespace="default", resume_from="SameJob",
     )
 
 

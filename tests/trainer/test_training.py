@@ -2,6 +2,8 @@
 rendezvousing `pets-train` processes, and killed after an epoch then resumed from its checkpoint."""
 from __future__ import annotations
 
+import json
+import shutil
 import tempfile
 import time
 
@@ -139,6 +141,37 @@ def test_a_checkpoint_from_a_different_run_is_refused(pets_dir, tmp_path, capsys
     AcceleratorState._reset_state(True)
     with pytest.raises(ConfigError, match=r"from a different run \(batch_size=8 there, 16 now\)"):
         training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **{**TINY, "batch_size": 16})
+
+
+def test_a_checkpoint_belongs_to_its_job_unless_another_takes_it_over(pets_dir, tmp_path, capsys):
+    checkpoints = tmp_path / "ckpt"
+    first = dict(job_uid="uid-a", job_name="first", job_namespace="ml")
+    second = dict(job_uid="uid-b", job_name="second", job_namespace="ml")
+    done = training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **first, **TINY)
+    AcceleratorState._reset_state(True)
+    # The bug: a second job with the same settings on the finished job's checkpoint "resumed" it and trained nothing.
+    with pytest.raises(ConfigError) as refused:
+        training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **second, **TINY)
+    assert str(refused.value).startswith(
+        f"the checkpoint in {checkpoints} belongs to job ml/first (uid uid-a), "
+        "not to this job ml/second (uid uid-b): set spec.checkpoint.resumeFrom: AnyJob")
+    assert "\n" not in str(refused.value)
+    # Taken over on purpose, from an interrupted state of the first job (its last epoch not saved):
+    shutil.rmtree(checkpoints / "epoch-0002")
+    capsys.readouterr()
+    AcceleratorState._reset_state(True)
+    taken = training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), resume_from="AnyJob",
+                          **second, **TINY)
+    out = capsys.readouterr().out
+    assert f"taking over the checkpoint of job ml/first (uid uid-a) in {checkpoints}" in out
+    assert [e["epoch"] for e in epoch_events(parse_metric_lines(out)) if e.get("resumed")] == [0, 1]
+    assert taken.history[:2] == done.history[:2] and len(taken.history) == 3
+    # What the second job saves is its own: it resumes from it as it would from any of its checkpoints.
+    owner = json.loads((checkpoints / "epoch-0002" / "finished.json").read_text())["owner"]
+    assert owner == {"uid": "uid-b", "name": "second", "namespace": "ml"}
+    AcceleratorState._reset_state(True)
+    again = training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **second, **TINY)
+    assert again.history == taken.history
 
 
 def test_the_image_cache_changes_no_figure_and_goes_with_the_run(pets_dir, tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from pets_operator.contract import MIXED_PRECISION_CHOICES, PIN_MEMORY_CHOICES, option_defaults
+from pets_operator.contract import MIXED_PRECISION_CHOICES, PIN_MEMORY_CHOICES, RESUME_FROM_CHOICES, option_defaults
 
 from .errors import ConfigError
 
@@ -38,6 +38,12 @@ class TrainConfig:
     crop_scale: tuple[float, float] = (0.5, 1.0)
     train_fraction: float = 0.8
     checkpoint_dir: str | None = None
+    # The job the run belongs to (JOB_UID, JOB_NAME, JOB_NAMESPACE; all None when run by hand): its
+    # checkpoints record it, and a run of another job resumes from them only with resume_from "AnyJob".
+    job_uid: str | None = None
+    job_name: str | None = None
+    job_namespace: str | None = None
+    resume_from: str = _CRD["resume_from"]
     verify_images: bool = True
     cpu: bool = False
     # Speed switches (not in the tutorial; each can be turned off to measure its share).
@@ -104,6 +110,8 @@ def _problems(config: TrainConfig):
         yield f"crop_scale must be (min, max) with 0 < min <= max <= 1, got {config.crop_scale!r}"
     if config.mixed_precision not in MIXED_PRECISION_CHOICES:
         yield f"mixed_precision must be one of {', '.join(MIXED_PRECISION_CHOICES)}, got {config.mixed_precision!r}"
+    if config.resume_from not in RESUME_FROM_CHOICES:
+        yield f"resume_from must be one of {', '.join(RESUME_FROM_CHOICES)}, got {config.resume_from!r}"
     if config.pin_memory not in PIN_MEMORY_CHOICES:
         yield f"pin_memory must be one of {', '.join(PIN_MEMORY_CHOICES)}, got {config.pin_memory!r}"
     if not config.model:

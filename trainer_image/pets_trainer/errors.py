@@ -1,5 +1,17 @@
-"""Errors a user can fix: reported as one `error: ...` line and exit status 2, never a traceback."""
+"""Errors a user can fix: reported as one `error: ...` line and exit status 2, never a traceback.
+
+The same line, without `error: `, goes into the container's termination message file (the
+TERMINATION_MESSAGE_PATH the operator sets, Kubernetes' /dev/termination-log), so the pod's
+`terminated.message`, and with it the PetsTrainingJob's status.message, says why the run failed.
+"""
 from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+TERMINATION_MESSAGE_ENV = "TERMINATION_MESSAGE_PATH"  # the pod contract's name (pets_operator.contract)
+TERMINATION_MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 
 
 class TrainerError(Exception):
@@ -12,3 +24,29 @@ class ConfigError(TrainerError):
 
 class DataError(TrainerError):
     """The images directory cannot be used for training."""
+
+
+def write_termination_message(message: str, path: str | None = None,
+                              environ: Mapping[str, str] = os.environ) -> bool:
+    """Best effort: `message` into the termination message file (`path`, else TERMINATION_MESSAGE_PATH).
+
+    Only into a file that exists: Kubernetes (and the local kubelet) creates it for the container;
+    outside one nothing is written (no stray /dev/termination-log on a developer's machine).
+    """
+    target = path or environ.get(TERMINATION_MESSAGE_ENV, "")
+    if not target or not os.path.isfile(target):
+        return False
+    data = message.strip().encode("utf-8")[:TERMINATION_MESSAGE_LIMIT].decode("utf-8", errors="ignore")
+    try:
+        with open(target, "w", encoding="utf-8") as stream:
+            stream.write(data)
+    except OSError:
+        return False
+    return True
+
+
+def report_error(error: BaseException, path: str | None = None) -> int:
+    """A user-fixable error: one `error: ...` line on stderr, the termination message; exit status 2."""
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    write_termination_message(str(error), path)
+    return 2

@@ -20,11 +20,12 @@ from pets_operator import contract
 
 from .config import TrainConfig
 from .cpus import available_cpus
-from .errors import ConfigError, TrainerError
+from .errors import TERMINATION_MESSAGE_ENV, ConfigError, TrainerError, report_error
 from .image_index import scan_images
 from .synthetic import generate_synthetic_pets
 
 WORKER_MODULE = "pets_trainer.worker"
+FUNCTION_MODULE = "pets_trainer.function"  # with FUNCTION_FILE: a shipped function instead of the recipe
 # Defaults of the options a PetsTrainingJob's spec sets: the CRD's (one source for both).
 SPEC_DEFAULTS = contract.option_defaults()
 SYNTHETIC_OPTIONS = ("synthetic_classes", "synthetic_images_per_class", "synthetic_image_size")
@@ -70,6 +71,7 @@ class LaunchPlan:
     nproc_per_node: int
     cpu_threads_per_process: int
     synthetic: dict | None  # generate_synthetic_pets keyword arguments, or None
+    function_file: str | None = None  # a shipped function's payload (FUNCTION_FILE), run instead of the recipe
 
     @property
     def num_processes(self) -> int:
@@ -148,6 +150,7 @@ def make_plan(values: dict) -> LaunchPlan:
         nproc_per_node=nproc,
         cpu_threads_per_process=threads,
         synthetic=synthetic,
+        function_file=values.get("function_file") or None,
     )
 
 
@@ -175,13 +178,15 @@ def accelerate_command(plan: LaunchPlan, config: TrainConfig, python: str = sys.
         ]
     elif config.cpu:
         command.append("--cpu")
+    if plan.function_file:
+        return command + ["-m", FUNCTION_MODULE, "--payload", plan.function_file]
     return command + ["-m", WORKER_MODULE, "--config", config.to_json()]
 
 
 def prepare_data(plan: LaunchPlan, config: TrainConfig) -> None:
-    if not config.data_dir:
+    if not config.data_dir and not plan.function_file:  # a shipped function may need no data
         raise ConfigError("DATA_DIR (or --data-dir) is not set: the directory of <breed>_<n>.jpg images")
-    if plan.synthetic:
+    if plan.synthetic and config.data_dir:
         try:
             generate_synthetic_pets(
                 config.data_dir,
@@ -194,20 +199,37 @@ def prepare_data(plan: LaunchPlan, config: TrainConfig) -> None:
             raise ConfigError(f"synthetic data: {error}") from None
         except OSError as error:
             raise ConfigError(f"cannot write synthetic data into {config.data_dir}: {error.strerror or error}") from None
+    if plan.function_file:  # what the data holds is the function's business; its payload must load here
+        check_function(plan.function_file)
+        return
     index = scan_images(config.data_dir, verify=config.verify_images)
     for line in index.skip_summary():
         print(line, file=sys.stderr, flush=True)
 
 
-def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
+def check_function(path: str) -> None:
+    """A payload made with another Python minor or cloudpickle major version stops the pod here, before any
+    training process starts (IncompatibleFunction); other differing versions are warnings."""
+    from .function import check_compatible, read_payload  # imports no torch
+
+    header, _ = read_payload(path)
+    for note in check_compatible(header):
+        print(f"warning: {note}", file=sys.stderr, flush=True)
+
+
+def child_environment(environ: Mapping[str, str], termination_message_path: str | None = None) -> dict[str, str]:
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("HF_HUB_OFFLINE", "1")
+    if termination_message_path:  # the workers write their errors there too
+        env[TERMINATION_MESSAGE_ENV] = termination_message_path
     return env
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Known before anything can fail: a flag wins over the environment, as for every option.
+    termination_message_path = args.termination_message_path or os.environ.get(TERMINATION_MESSAGE_ENV) or None
     try:
         values = resolve_options(TRAIN_OPTIONS + LAUNCH_OPTIONS, args, os.environ)
         plan = make_plan(values)
@@ -218,12 +240,11 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         prepare_data(plan, config)
     except TrainerError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 2
+        return report_error(error, termination_message_path)
     sys.stdout.flush()
     sys.stderr.flush()
     # exec, not a child: signals sent to the pod's main process reach the accelerate launcher directly.
-    os.execve(command[0], command, child_environment(os.environ))
+    os.execve(command[0], command, child_environment(os.environ, termination_message_path))
     return 1  # not reached
 
 

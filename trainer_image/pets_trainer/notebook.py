@@ -9,6 +9,8 @@ training code (which picks the device) runs only inside the launched processes.
 """
 from __future__ import annotations
 
+from pets_operator.contract import option_defaults
+
 from .config import TrainConfig
 
 
@@ -22,7 +24,7 @@ def notebook_training_function(config_json: str) -> None:
 def launch_in_notebook(
     config: TrainConfig | None = None,
     num_processes: int = 1,
-    use_port: int | str = 29500,
+    use_port: int | str | None = None,  # None: the CRD's masterPort default
     **overrides,
 ) -> None:
     """`notebook_launcher(training function, (config,), num_processes=N)`; metrics print as in a pod.
@@ -37,5 +39,5 @@ def launch_in_notebook(
         args=(config.to_json(),),
         num_processes=num_processes,
         mixed_precision=config.mixed_precision,
-        use_port=str(use_port),
+        use_port=str(use_port or option_defaults()["main_process_port"]),
     )

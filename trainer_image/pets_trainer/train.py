@@ -23,7 +23,7 @@ from accelerate.utils import broadcast_object_list, set_seed
 from torch.optim.lr_scheduler import OneCycleLR
 
 from .allocator import keep_freed_memory
-from .checkpoint import restore_checkpoint, save_checkpoint
+from .checkpoint import SAME_JOB, Owner, restore_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .data import build_dataloaders, build_datasets, eval_shard
 from .errors import ConfigError
@@ -73,10 +73,24 @@ def sync_buffers_from_main_process(model: torch.nn.Module, accelerator: Accelera
             torch.distributed.broadcast(buffer, src=0)
 
 
-def checkpoint_fingerprint(config: TrainConfig, classes: tuple[str, ...], num_processes: int) -> dict:
-    """What a checkpoint's state depends on; resuming with anything else would be a different run."""
+def checkpoint_fingerprint(config: TrainConfig, classes: tuple[str, ...], num_processes: int,
+                           num_images: int) -> dict:
+    """What a checkpoint's state depends on; resuming with anything else would be a different run.
+
+    - model, classes: the saved weights' shapes and what each output means;
+    - seed, train_fraction, the number of images: the train/eval split (another one would evaluate
+      on images the model trained on) and the data order;
+    - batch_size, num_processes (the world size), the number of images, epochs: the steps per epoch
+      and so OneCycleLR's total, which the saved scheduler carries (another one ends the schedule
+      early or fails once it is past its last step); the saved RNG states are one per process;
+    - max_lr, lr_div_factor: the rest of the schedule; image_size: the input the weights were fitted to.
+    Not in it: where the data and checkpoint are (paths differ between a pod and a notebook), pretrained
+    weights (the checkpoint holds the whole model), mixed precision, loader and speed settings (they
+    change how fast a run goes, not what it computes), and the job's identity (the owner check's).
+    """
     keys = ("model", "seed", "batch_size", "epochs", "max_lr", "lr_div_factor", "image_size", "train_fraction")
-    return {**{key: getattr(config, key) for key in keys}, "classes": list(classes), "num_processes": num_processes}
+    return {**{key: getattr(config, key) for key in keys}, "classes": list(classes), "num_processes": num_processes,
+            "images": num_images}
 
 
 def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult | None:
@@ -125,6 +139,7 @@ def image_cache_for_run(accelerator: Accelerator, config: TrainConfig) -> Iterat
 class TrainingParts:
     """What a run trains and evaluates with, once Accelerate has prepared it."""
     classes: tuple[str, ...]
+    num_images: int  # train and eval, after unreadable ones were skipped
     model: torch.nn.Module  # prepared (DDP with several processes): for training
     eval_model: torch.nn.Module  # the same model unwrapped: eval runs outside DDP, shards differ in length
     optimizer: torch.optim.Optimizer
@@ -174,9 +189,9 @@ def build_training_parts(accelerator: Accelerator, config: TrainConfig, cache: I
         return ((images - mean) / std).contiguous(memory_format=memory_format)
 
     return TrainingParts(
-        classes=index.classes, model=model, eval_model=accelerator.unwrap_model(model), optimizer=optimizer,
-        lr_scheduler=lr_scheduler, train_dataloader=train_dataloader, eval_dataloader=eval_dataloader,
-        prepare_inputs=prepare_inputs, pin_memory=pin_memory,
+        classes=index.classes, num_images=len(index.files), model=model, eval_model=accelerator.unwrap_model(model),
+        optimizer=optimizer, lr_scheduler=lr_scheduler, train_dataloader=train_dataloader,
+        eval_dataloader=eval_dataloader, prepare_inputs=prepare_inputs, pin_memory=pin_memory,
     )
 
 
@@ -221,9 +236,15 @@ def mean_over_processes(accelerator: Accelerator, total: torch.Tensor, count: to
     return (accelerator.reduce(total, "sum") / accelerator.reduce(count, "sum")).item()
 
 
-def resume(accelerator: Accelerator, checkpoint_dir: Path | None, fingerprint: dict) -> list[EpochResult]:
-    """The finished epochs of the checkpoint to go on from (re-reported on the metric lines); [] for a fresh run."""
-    history = restore_checkpoint(accelerator, checkpoint_dir, fingerprint) if checkpoint_dir else []
+def resume(accelerator: Accelerator, checkpoint_dir: Path | None, fingerprint: dict, owner: Owner = Owner(),
+           resume_from: str = SAME_JOB) -> list[EpochResult]:
+    """The finished epochs of the checkpoint to go on from (re-reported on the metric lines); [] for a fresh run.
+
+    Another job's checkpoint is refused unless `resume_from` is "AnyJob" (see `pets_trainer.checkpoint`).
+    """
+    if not checkpoint_dir:
+        return []
+    history = restore_checkpoint(accelerator, checkpoint_dir, fingerprint, owner, resume_from)
     if history:
         accelerator.print(f"resumed from the checkpoint of epoch {history[-1].epoch} in {checkpoint_dir}")
         if accelerator.is_main_process:
@@ -235,8 +256,9 @@ def resume(accelerator: Accelerator, checkpoint_dir: Path | None, fingerprint: d
 def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None) -> TrainResult | None:
     parts = build_training_parts(accelerator, config, cache)
     checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
-    fingerprint = checkpoint_fingerprint(config, parts.classes, accelerator.num_processes)
-    history = resume(accelerator, checkpoint_dir, fingerprint)
+    fingerprint = checkpoint_fingerprint(config, parts.classes, accelerator.num_processes, parts.num_images)
+    owner = Owner(config.job_uid, config.job_name, config.job_namespace)
+    history = resume(accelerator, checkpoint_dir, fingerprint, owner, config.resume_from)
 
     for epoch in range(len(history), config.epochs):
         started = time.perf_counter()
@@ -256,7 +278,7 @@ def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | No
         )
         history.append(result)
         if checkpoint_dir:
-            save_checkpoint(accelerator, checkpoint_dir, epoch, history, fingerprint)
+            save_checkpoint(accelerator, checkpoint_dir, epoch, history, fingerprint, owner)
         if accelerator.is_main_process:
             emit(result.as_event())
 

@@ -5,10 +5,12 @@ import argparse
 import sys
 
 from .config import TrainConfig
-from .errors import TrainerError
+from .errors import TrainerError, report_error, write_termination_message
 
 
 def main(argv: list[str] | None = None) -> int:
+    """A user-fixable error: one line, the termination message, exit 2. Anything else (a bug, a lost peer):
+    its last line is the termination message too, and the traceback stays in the log."""
     parser = argparse.ArgumentParser(prog="pets_trainer.worker", description=__doc__)
     parser.add_argument("--config", required=True, help="the TrainConfig as JSON (written by pets-train)")
     args = parser.parse_args(argv)
@@ -17,8 +19,10 @@ def main(argv: list[str] | None = None) -> int:
 
         training_loop(TrainConfig.from_json(args.config))
     except TrainerError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 2
+        return report_error(error)
+    except Exception as error:
+        write_termination_message(f"{type(error).__name__}: {error}".splitlines()[0])
+        raise
     return 0
 
 

@@ -58,6 +58,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [services]
   verbs: [create]
+{{- if .Values.networkPolicy.enabled }}
+# And one NetworkPolicy (its pods admit ingress only from each other), removed with the job as well.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create]
+{{- end }}
 # kopf posts its handler progress and errors as core events.
 - apiGroups: [""]
   resources: [events]

@@ -1,0 +1,178 @@
+"""A fault-injecting reverse proxy in front of the local API server, for the operator's traffic only.
+
+    with FaultProxy(cluster.url, workdir) as proxy:
+        proxy.fail("POST", r"/api/v1/namespaces/default/pods$", status=422, reason="Invalid",
+                   message='Pod "x" is invalid: ...', times=2)
+        operator_process({"KUBECONFIG": str(proxy.kubeconfig)})
+
+Every request is forwarded unchanged (watches and followed logs stream through chunk by chunk)
+unless a fault matches its method and path (a regular expression searched in the path, query
+string left out) and, when given, its body (`body=`: a regular expression searched in the request
+body, e.g. `'"name": ?"job-1"'` for one pod's creation); a matching fault answers instead of the
+server, `times` times (None: until `clear`). Answers: a Kubernetes `Status` with the given code (`status=`), a dropped connection
+(`drop=True`: the client gets no answer), or a delay before forwarding (`delay=` seconds).
+The kubelet and scheduler keep talking to the server directly, so only the operator sees faults.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from pets_localkube.cluster import kubeconfig_text
+
+# Headers of one hop, not of the message (RFC 9110 7.6.1), and those aiohttp sets itself.
+HOP_HEADERS = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+               "transfer-encoding", "upgrade", "host", "content-length"}
+
+
+@dataclass
+class Fault:
+    method: str
+    path: re.Pattern
+    times: int | None  # None: until cleared
+    status: int | None = None
+    reason: str = ""
+    message: str = ""
+    drop: bool = False
+    delay: float = 0.0
+    body: re.Pattern | None = None
+    hits: int = 0
+    seen: list[str] = field(default_factory=list)  # the paths it answered
+
+    def matches(self, method: str, path: str, body: bytes = b"") -> bool:
+        return (self.method in ("*", method)) and bool(self.path.search(path)) and \
+            (self.times is None or self.hits < self.times) and \
+            (self.body is None or bool(self.body.search(body.decode("utf-8", errors="replace"))))
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, workdir: Path):
+        self.upstream = upstream.rstrip("/")
+        self.workdir = Path(workdir)
+        self.kubeconfig = self.workdir / "kubeconfig-via-faults"
+        self.url = ""
+        self.faults: list[Fault] = []
+        self.requests: list[tuple[str, str, int | str]] = []  # (method, path, status or "dropped"/"delayed")
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    def fail(self, method: str, path: str, status: int | None = None, reason: str = "", message: str = "",
+             times: int | None = 1, drop: bool = False, delay: float = 0.0, body: str | None = None) -> Fault:
+        fault = Fault(method.upper(), re.compile(path), times, status, reason, message, drop, delay,
+                      re.compile(body) if body is not None else None)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self.faults.clear()
+
+    def _take(self, method: str, path: str, body: bytes = b"") -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.matches(method, path, body):
+                    fault.hits += 1
+                    fault.seen.append(path)
+                    return fault
+        return None
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> "FaultProxy":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._main, name="fault-proxy", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error:
+            raise self._error
+        self.kubeconfig.write_text(kubeconfig_text(self.url), encoding="utf-8")
+        return self
+
+    def stop(self) -> None:
+        if self._loop and self._stop and self._thread and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+            self._thread.join(30)
+
+    def __enter__(self) -> "FaultProxy":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _main(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as error:  # reported to start()
+            self._error = error
+        finally:
+            self._ready.set()
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1)
+        await runner.setup()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, listener).start()
+        self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)) as session:
+            self._session = session
+            self._ready.set()
+            await self._stop.wait()
+            await runner.cleanup()
+
+    # --- requests -------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        fault = self._take(request.method, request.path, await request.read() if request.can_read_body else b"")
+        if fault is not None:
+            if fault.drop:
+                self.requests.append((request.method, request.path, "dropped"))
+                assert request.transport is not None
+                request.transport.close()  # the client sees the connection end without an answer
+                raise asyncio.CancelledError()
+            if fault.status is not None:
+                self.requests.append((request.method, request.path, fault.status))
+                await request.read()
+                return web.json_response(
+                    {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                     "message": fault.message, "reason": fault.reason, "code": fault.status},
+                    status=fault.status, dumps=json.dumps)
+            await asyncio.sleep(fault.delay)
+        return await self._forward(request)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        body = await request.read()
+        async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
+                                         data=body if body else None, allow_redirects=False,
+                                         # as sent: no Content-Type added to a body without one
+                                         skip_auto_headers=("Content-Type", "User-Agent", "Accept-Encoding")) as upstream:
+            self.requests.append((request.method, request.path, upstream.status))
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers={
+                k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response

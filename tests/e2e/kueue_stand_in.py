@@ -1,0 +1,120 @@
+"""A stand-in for Kueue's plain-Pod group integration, as far as the owner of the pods sees it.
+
+What Kueue (pkg/controller/jobs/pod) does with pods labelled `kueue.x-k8s.io/queue-name`, played
+with the official client against the local cluster, one `sync()` every 0.1 s in a thread:
+
+- its webhook gives each new pod the finalizer `kueue.x-k8s.io/managed` (and the scheduling gate
+  `kueue.x-k8s.io/admission`, which the operator's pods already carry); here the finalizer is added
+  on first sight, before any admission;
+- it admits a group (`kueue.x-k8s.io/pod-group-name`, one Workload) only when all
+  `kueue.x-k8s.io/pod-group-total-count` pods exist, and then removes the gate from every one;
+  `open()`/`close()` stand for the ClusterQueue's quota having room or not;
+- `preempt(group)` stops the workload as Kueue does: a `TerminationTarget` condition (reason
+  `StoppedByKueue`) on each pod that has not finished, then the pod is deleted; nothing is recreated;
+- it removes its finalizer from a group's pods once the group is finished: every pod succeeded, or,
+  with `kueue.x-k8s.io/retriable-in-group: "false"`, no pod is active any more (a deleted pod not
+  bound to a node counts as inactive: the pod garbage collector fails it on a real cluster).
+
+It never ungates a finished group again. Whatever it did is recorded for the test to check.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+from kubernetes.client.exceptions import ApiException
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+GATE = "kueue.x-k8s.io/admission"
+FINALIZER = "kueue.x-k8s.io/managed"
+MERGE = "application/merge-patch+json"  # lists replaced whole (a strategic merge patch would merge finalizers)
+
+
+class KueueStandIn:
+    def __init__(self, core, namespace: str = "default"):
+        self.core = core
+        self.namespace = namespace
+        self.admitted: list[str] = []  # groups, in the order they were admitted
+        self.preempted: list[str] = []
+        self.finished: list[str] = []  # groups whose finalizers it removed
+        self.seen_before_admission: dict[str, int] = {}  # group -> pods that were gated and unbound when admitted
+        self.errors: list[str] = []
+        self._open = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="kueue-stand-in", daemon=True)
+
+    def start(self) -> "KueueStandIn":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def open(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._lock:
+                    self.sync()
+            except ApiException as error:  # a conflict with the kubelet or the operator: next round
+                self.errors.append(f"{error.status} {error.reason}")
+            time.sleep(0.1)
+
+    def _pods(self) -> dict[str, list]:
+        groups = defaultdict(list)
+        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=QUEUE_LABEL).items:
+            groups[pod.metadata.labels.get(GROUP_LABEL, "")].append(pod)
+        return groups
+
+    def sync(self) -> None:
+        for group, pods in self._pods().items():
+            for pod in pods:
+                finalizers = pod.metadata.finalizers or []
+                if FINALIZER not in finalizers and not pod.metadata.deletion_timestamp and group not in self.finished:
+                    self.core.patch_namespaced_pod(pod.metadata.name, self.namespace,
+                                                   {"metadata": {"finalizers": [*finalizers, FINALIZER]}}, _content_type=MERGE)
+            live = [p for p in pods if not p.metadata.deletion_timestamp]
+            total = int(pods[0].metadata.annotations[TOTAL_ANNOTATION])
+            gated = [p for p in live if any(g.name == GATE for g in p.spec.scheduling_gates or [])]
+            if self._open.is_set() and group not in self.finished and len(live) == total and gated:
+                if group not in self.admitted:
+                    self.admitted.append(group)
+                    self.seen_before_admission[group] = sum(1 for p in gated if not p.spec.node_name)
+                for pod in gated:
+                    index = [g.name for g in pod.spec.scheduling_gates].index(GATE)
+                    self.core.patch_namespaced_pod(pod.metadata.name, self.namespace,
+                                                   [{"op": "remove", "path": f"/spec/schedulingGates/{index}"}])
+            succeeded = sum(1 for p in pods if p.status.phase == "Succeeded")
+            unretriable = any((p.metadata.annotations or {}).get(RETRIABLE_ANNOTATION) == "false" for p in pods)
+            active = any(p.status.phase in ("Pending", "Running") and not (p.metadata.deletion_timestamp and not p.spec.node_name)
+                         for p in pods)
+            if group not in self.finished and (succeeded == total or (unretriable and not active)):
+                self.finished.append(group)
+            if group in self.finished:
+                for pod in pods:
+                    finalizers = pod.metadata.finalizers or []
+                    if FINALIZER in finalizers:
+                        self.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {
+                            "finalizers": [f for f in finalizers if f != FINALIZER] or None}}, _content_type=MERGE)
+
+    def preempt(self, group: str) -> None:
+        with self._lock:
+            for pod in self._pods().get(group, []):
+                if pod.status.phase in ("Succeeded", "Failed") or pod.metadata.deletion_timestamp:
+                    continue
+                self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, {"status": {"conditions": [
+                    {"type": "TerminationTarget", "status": "True", "reason": "StoppedByKueue",
+                     "message": "Preempted to accommodate a workload due to prioritization in the ClusterQueue"}]}})
+                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
+            self.preempted.append(group)

@@ -1,0 +1,241 @@
+"""The runner's acting side against a fake API: failed calls become job status, backoff and log lines."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import logging
+from datetime import timedelta
+
+import pytest
+
+from pets_operator import runner as runner_module
+from pets_operator.config import OperatorConfig
+from pets_operator.kube import KubeError
+from pets_operator.refusals import QUOTA, REFUSED, TRANSIENT, ApiFailure
+from pets_operator.runner import JobRunner
+from pets_operator.status import PodView
+
+
+class FakeKube:
+    """Just enough of `Kube`: a job's status, pods that appear when created, failures on demand."""
+
+    def __init__(self, status=None):
+        self.status = copy.deepcopy(status or {})
+        self.pods: dict[str, PodView] = {}
+        self.fail_service: list[ApiFailure] = []
+        self.fail_pod: list[ApiFailure] = []
+        self.fail_patch: list[ApiFailure] = []
+        self.patches: list[dict] = []
+        self.created: list[str] = []  # "<kind>/<name>" in the order of the create calls
+
+    def patch_job_status(self, namespace, name, status):
+        if self.fail_patch:
+            raise KubeError(self.fail_patch.pop(0))
+        self.patches.append(copy.deepcopy(status))
+        for key, value in status.items():
+            if value is None:
+                self.status.pop(key, None)
+            else:
+                self.status[key] = copy.deepcopy(value)
+        return {"status": copy.deepcopy(self.status)}
+
+    def create_service(self, body):
+        if self.fail_service:
+            raise KubeError(self.fail_service.pop(0))
+        self.created.append(f"Service/{body['metadata']['name']}")
+        return True
+
+    def create_network_policy(self, body):
+        self.created.append(f"NetworkPolicy/{body['metadata']['name']}")
+        return True
+
+    def create_pod(self, body):
+        if self.fail_pod:
+            raise KubeError(self.fail_pod.pop(0))
+        meta = body["metadata"]
+        self.created.append(f"Pod/{meta['name']}")
+        index = int(meta["labels"]["training.pets.dev/replica-index"])
+        attempt = int(meta["labels"]["training.pets.dev/attempt"])
+        self.pods[meta["name"]] = PodView(meta["name"], f"uid-{meta['name']}-{attempt}", index, attempt, "Pending")
+        return True
+
+    def delete_pod(self, namespace, name):
+        self.pods.pop(name, None)
+
+    def read_pod(self, namespace, name):
+        return None
+
+    def open_pod_log(self, namespace, name, container):
+        raise KubeError(ApiFailure(400, "BadRequest", "no log yet"))
+
+
+JOB = {"metadata": {"name": "pets", "namespace": "ml", "uid": "uid-1", "generation": 1},
+       "spec": {"numNodes": 2, "epochs": 5, "data": {"synthetic": {}}}}
+
+
+def make_runner(kube, status=None, spec=None, config=OperatorConfig()):
+    job = copy.deepcopy(JOB)
+    if spec:
+        job["spec"].update(spec)
+    if status is not None:
+        job["status"] = copy.deepcopy(status)
+    events = []
+    runner = JobRunner(kube, job, config, lambda: list(kube.pods.values()), events.append, asyncio.Event())
+    return runner, events
+
+
+async def one_step(runner):
+    return await runner.carry_out(runner.step())
+
+
+async def test_a_refused_pod_fails_the_job_and_posts_one_warning():
+    kube = FakeKube()
+    runner, events = make_runner(kube)
+    kube.fail_pod = [ApiFailure(422, "Invalid", 'Pod "pets-1" is invalid: bad'), ApiFailure(422, "Invalid", "bad")]
+    await one_step(runner)
+    assert runner.create_failure.kind == REFUSED and events == []
+    assert "conditions" not in kube.status  # nothing claimed
+    await one_step(runner)
+    assert kube.status["phase"] == "Failed" and 'Pod "pets-1" is invalid: bad' in kube.status["message"]
+    assert [(e.type, e.reason) for e in events] == [("Warning", "CreateRefused")]
+    assert {c["type"] for c in kube.status["conditions"]} == {"Failed"}
+
+
+async def test_a_quota_refusal_is_retried_after_a_backoff():
+    kube = FakeKube()
+    runner, events = make_runner(kube)
+    quota = ApiFailure(403, "Forbidden", 'pods "pets-0" is forbidden: exceeded quota: q, requested: pods=1')
+    kube.fail_service = [quota]
+    await one_step(runner)
+    assert runner.create_failure.kind == QUOTA and runner.create_failure.failures == 1
+    plan = runner.step()
+    assert plan.create_pods == [] and plan.wake_at == runner.create_failure.retry_at
+    await runner.carry_out(plan)
+    assert kube.status["phase"] == "Pending" and [e.reason for e in events] == ["QuotaExceeded"]
+    # The backoff passed: the next step creates, and the pods' arrival is what announces Created.
+    runner.create_failure = dataclasses.replace(runner.create_failure, at=runner.create_failure.at - timedelta(seconds=5))
+    await one_step(runner)
+    assert runner.create_failure is None and len(kube.pods) == 2
+    await one_step(runner)
+    created = next(c for c in kube.status["conditions"] if c["type"] == "Created")
+    assert created["status"] == "True" and [e.reason for e in events] == ["QuotaExceeded", "Created"]
+
+
+async def test_consecutive_failures_count_up_for_the_backoff():
+    kube = FakeKube()
+    runner, _ = make_runner(kube)
+    kube.fail_pod = [ApiFailure(500, "InternalError", "x")] * 2 + [ApiFailure(None, "ReadTimeoutError", "slow")] * 2
+    await one_step(runner)
+    first = runner.create_failure
+    assert first.kind == TRANSIENT and first.failures == 1
+    runner.create_failure = dataclasses.replace(first, at=first.at - timedelta(seconds=5))
+    await one_step(runner)
+    assert runner.create_failure.failures == 2 and runner.create_failure.failure.code is None
+
+
+async def test_failed_calls_never_end_the_daemon(monkeypatch, caplog):
+    monkeypatch.setattr(runner_module, "backoff_seconds", lambda failures: 0.01)
+    kube = FakeKube()
+    kube.fail_patch = [ApiFailure(500, "InternalError", "etcd"), ApiFailure(None, "ProtocolError", "dropped")]
+    runner, _ = make_runner(kube)
+
+    class Stopped:
+        steps = 0
+
+        def __bool__(self):
+            self.steps += 1
+            return self.steps > 6
+
+    with caplog.at_level(logging.INFO, logger="pets_operator.runner"):
+        await runner.run(Stopped())
+    assert kube.fail_patch == [] and kube.status["phase"] == "Pending" and len(kube.pods) == 2
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert [r.getMessage().split(":")[0] for r in warnings] == ["API call failed", "API call failed"]
+    assert all(r.exc_info is None for r in caplog.records)
+
+
+class StopFlag:
+    """kopf's DaemonStopped, as far as the runner uses it."""
+
+    def __init__(self):
+        self.flag = asyncio.Event()
+
+    def __bool__(self):
+        return self.flag.is_set()
+
+    def wait(self, timeout=None):
+        return self.flag.wait()
+
+
+async def test_the_daemon_leaves_at_once_when_told_to_stop():
+    kube = FakeKube()
+    runner, _ = make_runner(kube)
+
+    class Stopped:
+        def __init__(self):
+            self.flag = asyncio.Event()
+
+        def __bool__(self):
+            return self.flag.is_set()
+
+        def wait(self, timeout=None):
+            return self.flag.wait()
+
+    stopped = Stopped()
+    task = asyncio.create_task(runner.run(stopped))
+    await asyncio.sleep(0.3)
+    stopped.flag.set()
+    await asyncio.wait_for(task, 0.5)  # not the idle recheck's whole second
+
+
+async def test_epochs_beyond_spec_epochs_are_dropped_from_the_status_first():
+    stale = [{"epoch": n, "accuracy": 0.1 * n} for n in range(8)]
+    status = {"phase": "Succeeded", "epochs": stale, "currentEpoch": 7, "accuracy": 0.7, "bestAccuracy": 0.7,
+              "restarts": 0}
+    kube = FakeKube(status)
+    runner, _ = make_runner(kube, status)
+    stopped = StopFlag()
+    task = asyncio.create_task(runner.run(stopped))
+    await asyncio.sleep(0.1)  # a finished job's daemon stays (idle, for spec changes) until told to stop
+    stopped.flag.set()
+    await asyncio.wait_for(task, 1)
+    assert kube.patches[0]["currentEpoch"] == 4
+    assert [e["epoch"] for e in kube.status["epochs"]] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("checkpoint, kept", [(None, []), ({"path": "/checkpoints"}, [0, 1])])
+async def test_a_restart_clears_or_keeps_the_epochs_in_its_own_patch(checkpoint, kept):
+    epochs = [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.6}]
+    kube = FakeKube()
+    spec = {"backoffLimit": 1, **({"checkpoint": checkpoint} if checkpoint else {})}
+    runner, _ = make_runner(kube, spec=spec)
+    await one_step(runner)
+    for name, pod in list(kube.pods.items()):
+        kube.pods[name] = dataclasses.replace(pod, phase="Running")
+    await one_step(runner)
+    kube.status.update(epochs=epochs, currentEpoch=1, accuracy=0.6, bestAccuracy=0.6)
+    runner.book.add(epochs)
+    kube.pods["pets-1"] = dataclasses.replace(kube.pods["pets-1"], phase="Failed", exit_code=3)
+    await one_step(runner)
+    restart = kube.patches[-1]
+    assert restart["restarts"] == 1
+    assert [e["epoch"] for e in kube.status.get("epochs") or []] == kept
+    if not kept:
+        assert restart["epochs"] == [] and restart["currentEpoch"] is None
+        assert "currentEpoch" not in kube.status and "accuracy" not in kube.status
+    assert runner.book.attempt == 1
+    assert not runner.book.add([{"epoch": 2, "accuracy": 0.9}], attempt=0)  # the old group's pod 0
+
+
+async def test_the_network_policy_comes_before_the_pods_unless_turned_off():
+    kube = FakeKube()
+    runner, _ = make_runner(kube)
+    await one_step(runner)
+    assert kube.created[:2] == ["Service/pets-workers", "NetworkPolicy/pets-workers"]
+    assert sorted(kube.created[2:]) == ["Pod/pets-0", "Pod/pets-1"]
+    kube = FakeKube()
+    runner, _ = make_runner(kube, config=OperatorConfig(network_policy=False))
+    await one_step(runner)
+    assert not [name for name in kube.created if name.startswith("NetworkPolicy/")]
+    assert sorted(kube.created) == ["Pod/pets-0", "Pod/pets-1", "Service/pets-workers"]
