@@ -21,6 +21,8 @@ VALUE_SETS = {
                            "metrics.networkPolicyFrom[0].namespaceSelector.matchLabels.name=monitoring"),
     "cluster-rbac-for-namespaces": ("watchNamespaces={team-a}", "rbac.scope=cluster", "peering.enabled=true",
                                     "peering.name=pets-ha", "networkPolicy.enabled=false", "metrics.enabled=false"),
+    "gang-scheduling": ("gangScheduling.enabled=true", "gangScheduling.schedulers={volcano}",
+                        "gangScheduling.volcanoSchedulerName=volcano-batch", "watchNamespaces={team-a}"),
     "bring-your-own-account": ("rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=ops",
                                "replicas=0", "image.repository=registry.example/pets-operator", "image.tag=dev",
                                "image.pullPolicy=Always", "imagePullSecrets[0].name=regcred",
@@ -261,8 +263,50 @@ def test_existing_service_account_without_rbac(k8s_tools):
     assert container["resources"]["limits"]["memory"] == "512Mi"
 
 
+PODGROUP_GROUPS = {"coscheduling": "scheduling.x-k8s.io", "volcano": "scheduling.volcano.sh"}
+
+
+def podgroup_rules(role: dict) -> set[tuple[str, str, str]]:
+    return {rule for rule in rule_set(role) if rule[1] == "podgroups"}
+
+
+def test_podgroup_permission_only_with_gang_scheduling_enabled(k8s_tools):
+    for sets in ((), ("watchNamespaces={team-a}",), ("gangScheduling.schedulers={volcano}",)):
+        for role in by_kind(render(k8s_tools, *sets), "ClusterRole") + by_kind(render(k8s_tools, *sets), "Role"):
+            assert podgroup_rules(role) == set(), sets
+    everything = {(group, "podgroups", "create") for group in PODGROUP_GROUPS.values()}
+    assert podgroup_rules(the(render(k8s_tools, "gangScheduling.enabled=true"), "ClusterRole")) == everything
+    for scheduler, group in PODGROUP_GROUPS.items():
+        objects = render(k8s_tools, "gangScheduling.enabled=true", f"gangScheduling.schedulers={{{scheduler}}}",
+                         "watchNamespaces={team-a,team-b}")
+        roles = by_kind(objects, "Role")
+        assert len(roles) == 2 and not by_kind(objects, "ClusterRole")
+        for role in roles:  # only the listed scheduler's group, only create
+            assert podgroup_rules(role) == {(group, "podgroups", "create")}
+
+
+def test_the_operator_can_never_edit_a_pod_so_never_remove_kueue_s_finalizer(k8s_tools):
+    for sets in ((), ("watchNamespaces={team-a}",), ("gangScheduling.enabled=true",)):
+        for role in by_kind(render(k8s_tools, *sets), "ClusterRole") + by_kind(render(k8s_tools, *sets), "Role"):
+            pod_verbs = {verb for group, resource, verb in rule_set(role) if (group, resource) == ("", "pods")}
+            assert pod_verbs == {"get", "list", "watch", "create", "delete"}, sets  # no patch, no update
+
+
+def test_gang_scheduler_names_reach_the_operator(k8s_tools):
+    assert {key: value for key, value in operator_env(render(k8s_tools)).items() if "SCHEDULER_NAME" in key} == {
+        "PETS_OPERATOR_COSCHEDULING_SCHEDULER_NAME": "scheduler-plugins-scheduler",
+        "PETS_OPERATOR_VOLCANO_SCHEDULER_NAME": "volcano"}
+    env = operator_env(render(k8s_tools, *VALUE_SETS["gang-scheduling"]))
+    assert env["PETS_OPERATOR_VOLCANO_SCHEDULER_NAME"] == "volcano-batch"
+    from pets_operator.config import from_environ  # the operator reads what the chart writes
+    config = from_environ({key: value for key, value in env.items() if value is not None})
+    assert config.gang_scheduler_names == {"coscheduling": "scheduler-plugins-scheduler", "volcano": "volcano-batch"}
+
+
 @pytest.mark.parametrize("sets, message", [
     (("replicas=2",), "/peering/enabled"),
+    (("gangScheduling.schedulers={slurm}",), "schedulers"),
+    (("gangScheduling.coschedulingSchedulerName=Not_A_Name",), "coschedulingSchedulerName"),
     (("replicas=11", "peering.enabled=true"), "replicas"),
     (("rbac.scope=namespaced",), "rbac.scope=namespaced needs watchNamespaces"),
     (("watchNamespaces={Not_A_Namespace}",), "watchNamespaces"),
@@ -294,6 +338,8 @@ CLIENT_RESOURCES = {"pod": ("", "pods"), "service": ("", "services"), "pod_log":
                     "custom_object": ("training.pets.dev", "petstrainingjobs"),
                     "custom_object_status": ("training.pets.dev", "petstrainingjobs/status"),
                     "event": ("", "events")}
+# `self.scheduling.*` calls: the PodGroups of both gang schedulers (granted with gangScheduling.enabled).
+SCHEDULING_GROUPS = tuple(PODGROUP_GROUPS.values())
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:
@@ -307,18 +353,24 @@ def operator_api_calls() -> set[tuple[str, str, str]]:
     needed = set()
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-                and node.value.attr in ("core", "custom", "networking") and node.attr != "api_client"):
+                and node.value.attr in ("core", "custom", "networking", "scheduling") and node.attr != "api_client"):
             verb, _, rest = node.attr.partition("_")
             kind = rest.removeprefix("namespaced_")
             assert verb in CLIENT_VERBS and kind in CLIENT_RESOURCES, \
                 f"kube.py calls {node.attr}: add its permission to the chart's RBAC and to this map"
-            needed.add((*CLIENT_RESOURCES[kind], CLIENT_VERBS[verb]))
+            if node.value.attr == "scheduling":
+                needed |= {(group, "podgroups", CLIENT_VERBS[verb]) for group in SCHEDULING_GROUPS}
+            else:
+                needed.add((*CLIENT_RESOURCES[kind], CLIENT_VERBS[verb]))
     return needed
 
 
 def test_rbac_covers_every_api_call_the_operator_makes(k8s_tools):
     needed = operator_api_calls()
     assert ("", "pods", "create") in needed  # the scan found the calls at all
-    assert needed <= rule_set(the(render(k8s_tools), "ClusterRole"))
-    for role in by_kind(render(k8s_tools, "watchNamespaces={team-a}"), "Role"):
+    assert ("scheduling.x-k8s.io", "podgroups", "create") in needed
+    gang = {rule for rule in needed if rule[1] == "podgroups"}
+    assert needed - gang <= rule_set(the(render(k8s_tools), "ClusterRole"))  # PodGroups only when enabled
+    assert needed <= rule_set(the(render(k8s_tools, "gangScheduling.enabled=true"), "ClusterRole"))
+    for role in by_kind(render(k8s_tools, "watchNamespaces={team-a}", "gangScheduling.enabled=true"), "Role"):
         assert needed <= rule_set(role)

@@ -64,6 +64,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   resources: [networkpolicies]
   verbs: [create]
 {{- end }}
+{{- if .Values.gangScheduling.enabled }}
+# Jobs with spec.gangScheduling: the gang scheduler's PodGroup, created with the job (once; an existing
+# one is left as it is) and removed with it by the garbage collector.
+{{- if has "coscheduling" .Values.gangScheduling.schedulers }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [create]
+{{- end }}
+{{- if has "volcano" .Values.gangScheduling.schedulers }}
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [create]
+{{- end }}
+{{- end }}
 # kopf posts its handler progress and errors as core events.
 - apiGroups: [""]
   resources: [events]
