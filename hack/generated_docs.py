@@ -23,7 +23,7 @@ DERIVED_FROM = {
     "MACHINE_RANK": "the pod's index",
     "JOB_COMPLETION_INDEX": "the pod's index",
     "WORLD_SIZE": "numNodes × processesPerNode",
-    "DATA_DIR": "`data.mountPath` (`/data`) + `data.path` (when `data` is set)",
+    "DATA_DIR": "`data.mountPath` (`/data`), or DATA_ARCHIVE_DIR for a download, + `data.path` (when `data` is set)",
     "CHECKPOINT_DIR": "`checkpoint.path` (when `checkpoint` is set)",
     "JOB_UID": "`metadata.uid`",
     "JOB_NAME": "`metadata.name`",
@@ -33,6 +33,11 @@ DERIVED_FROM = {
     "HOME": "`/home/trainer` (an emptyDir)",
     "XDG_CACHE_HOME": "`/home/trainer/.cache`",
     "TERMINATION_MESSAGE_PATH": "the container's `terminationMessagePath`",
+    "DATA_URL": "`data.download.url`; `data.oxfordPets`: the Oxford-IIIT Pets images' URL",
+    "DATA_CHECKSUM": "`data.download.sha256` / `.md5`; `data.oxfordPets`: the published MD5",
+    "DATA_ARCHIVE_DIR": "`cache.path` + `/datasets/<algorithm>-<checksum prefix>` (with a download)",
+    "HF_HOME": "`cache.path` + `/huggingface` (when the cache volume is mounted)",
+    "OUTPUT_DIR": "`output.path` (when `output` is set)",
 }
 
 

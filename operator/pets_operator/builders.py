@@ -15,7 +15,7 @@ from pets_operator import API_VERSION, KIND
 
 from . import contract, names
 from .quantities import parse_quantity
-from .spec import FUNCTION_MOUNT_PATH, HOME_MOUNT_PATH, TMP_MOUNT_PATH, data_mount_path
+from .spec import CACHE_MOUNT_PATH, FUNCTION_MOUNT_PATH, HOME_MOUNT_PATH, TMP_MOUNT_PATH, data_mount_path
 from .validation import DATA_SOURCES
 
 CONTAINER_NAME = "trainer"
@@ -35,15 +35,45 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def has_data(spec: Mapping[str, Any]) -> bool:
-    """Whether the job has a data volume (a job with spec.function may have none)."""
+    """Whether the job has data (a job with spec.function may have none)."""
     return any((spec.get("data") or {}).get(source) is not None for source in DATA_SOURCES)
+
+
+def data_archive_dir(spec: Mapping[str, Any]) -> str | None:
+    """Where a downloaded archive is unpacked: on the cache volume, named by its checksum, so jobs
+    sharing a cache share an archive and different archives never replace each other."""
+    download = contract.data_download(spec)
+    if download is None:
+        return None
+    algorithm, _, digest = download[1].partition(":")
+    return posixpath.join(cache_path(spec), "datasets", f"{algorithm}-{digest[:16]}")
 
 
 def data_dir(spec: Mapping[str, Any]) -> str | None:
     if not has_data(spec):
         return None
     path = (spec.get("data") or {}).get("path") or ""
-    return posixpath.normpath(posixpath.join(data_mount_path(spec), path))
+    root = data_archive_dir(spec) or data_mount_path(spec)
+    return posixpath.normpath(posixpath.join(root, path))
+
+
+def hub_weights(spec: Mapping[str, Any]) -> bool:
+    """Whether pets-train downloads pretrained weights from the Hub (pretrained, no local file)."""
+    return bool(spec.get("pretrained")) and not spec.get("pretrainedWeights")
+
+
+def cache_path(spec: Mapping[str, Any]) -> str:
+    return (spec.get("cache") or {}).get("path") or CACHE_MOUNT_PATH
+
+
+def has_cache(spec: Mapping[str, Any]) -> bool:
+    """Whether the pods get the cache volume: spec.cache, or something to download into it."""
+    return spec.get("cache") is not None or contract.data_download(spec) is not None or hub_weights(spec)
+
+
+def output_dir(spec: Mapping[str, Any]) -> str | None:
+    output = spec.get("output")
+    return None if output is None else output["path"]
 
 
 def function_file(spec: Mapping[str, Any]) -> str | None:
@@ -78,8 +108,14 @@ def pod_env(job: str, namespace: str, index: int, spec: Mapping[str, Any],
         "HOME": HOME_MOUNT_PATH,
         "XDG_CACHE_HOME": posixpath.join(HOME_MOUNT_PATH, ".cache"),
         "TERMINATION_MESSAGE_PATH": TERMINATION_MESSAGE_PATH,
+        "DATA_URL": (contract.data_download(spec) or (None, None))[0],
+        "DATA_CHECKSUM": (contract.data_download(spec) or (None, None))[1],
+        "DATA_ARCHIVE_DIR": data_archive_dir(spec),
+        "HF_HOME": posixpath.join(cache_path(spec), "huggingface") if has_cache(spec) else None,
+        "OUTPUT_DIR": output_dir(spec),
     })
     env = [{"name": key, "value": value} for key, value in values.items()]
+    env += contract.secret_env(spec)
     env += [{"name": item["name"], "value": str(item.get("value", ""))} for item in spec.get("env") or []]
     return env
 
@@ -151,6 +187,25 @@ def _checkpoint_volume(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": "checkpoint", "emptyDir": {}}
 
 
+def _cache_volume(cache: Mapping[str, Any]) -> dict[str, Any]:
+    if cache.get("persistentVolumeClaim") is not None:
+        return {"name": "cache", "persistentVolumeClaim": {"claimName": cache["persistentVolumeClaim"]["claimName"]}}
+    if cache.get("hostPath") is not None:
+        return {"name": "cache", "hostPath": {"path": cache["hostPath"], "type": "DirectoryOrCreate"}}
+    empty_dir: dict[str, Any] = {}
+    if cache.get("sizeLimit") is not None:
+        empty_dir["sizeLimit"] = str(cache["sizeLimit"])
+    return {"name": "cache", "emptyDir": empty_dir}
+
+
+def _output_volume(output: Mapping[str, Any]) -> dict[str, Any]:
+    if output.get("persistentVolumeClaim") is not None:
+        return {"name": "output", "persistentVolumeClaim": {"claimName": output["persistentVolumeClaim"]["claimName"]}}
+    if output.get("hostPath") is not None:
+        return {"name": "output", "hostPath": {"path": output["hostPath"], "type": "DirectoryOrCreate"}}
+    return {"name": "output", "emptyDir": {}}
+
+
 def _volumes_and_mounts(spec: Mapping[str, Any]) -> tuple[list[dict], list[dict]]:
     data = spec.get("data") or {}
     data_read_only = bool((data.get("persistentVolumeClaim") or {}).get("readOnly", True)) \
@@ -159,8 +214,15 @@ def _volumes_and_mounts(spec: Mapping[str, Any]) -> tuple[list[dict], list[dict]
     mounts = [{"name": "data", "mountPath": data_mount_path(spec), "readOnly": data_read_only},
               # DataLoader workers pass batches through shared memory; the runtime's default 64 MiB is too small.
               {"name": "dshm", "mountPath": SHM_MOUNT_PATH}]
-    if not has_data(spec):  # a shipped function without data
+    if not has_data(spec) or contract.data_download(spec) is not None:  # no data, or data in the cache volume
         del volumes[0], mounts[0]
+    if has_cache(spec):
+        volumes.append(_cache_volume(spec.get("cache") or {}))
+        mounts.append({"name": "cache", "mountPath": cache_path(spec)})
+    output = spec.get("output")
+    if output is not None:
+        volumes.append(_output_volume(output))
+        mounts.append({"name": "output", "mountPath": output["path"]})
     function = spec.get("function")
     if function is not None:
         volumes.append({"name": "function", "configMap": {"name": function["configMap"]}})

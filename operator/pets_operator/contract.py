@@ -57,6 +57,14 @@ def _derived(env: str, option: str | None, type_: str, help_: str, aliases: tupl
     return Entry(env, option, DERIVED, type_, help_, aliases=aliases)
 
 
+def _spec_env(path: str, env: str, type_: str, help_: str) -> Entry:
+    """A spec field that reaches the pod as a variable read by a library (huggingface_hub), not an option.
+
+    Type `secret`: the field names a Secret key (`{name, key}`), and the variable comes from it
+    (`secret_env`), never as a value."""
+    return Entry(env, None, SPEC, type_, help_, spec=path)
+
+
 def _trainer(env: str, option: str, type_: str, help_: str, choices: tuple[str, ...] = ()) -> Entry:
     return Entry(env, option, TRAINER, type_, help_, choices=choices)
 
@@ -94,6 +102,23 @@ ENTRIES: tuple[Entry, ...] = (
     _derived("JOB_NAMESPACE", "job_namespace", "str", "the job's namespace, recorded in its checkpoints"),
     _spec("checkpoint.resumeFrom", "RESUME_FROM", "resume_from", "choice",
           "resume only from a checkpoint this job (JOB_UID) wrote, or also take over another's"),
+    # Downloads before the training processes start (pets-train, once per node; once per volume when pods
+    # share spec.cache): the data archive (data.download, data.oxfordPets) and the Hub weights (pretrained
+    # without pretrainedWeights).
+    _derived("DATA_URL", "data_url", "str",
+             "download this archive into DATA_ARCHIVE_DIR first (data.download.url; data.oxfordPets: "
+             "the Oxford-IIIT Pets images)"),
+    _derived("DATA_CHECKSUM", "data_checksum", "str", "sha256:<hex> or md5:<hex> of DATA_URL's archive, verified "
+             "before it is unpacked"),
+    _derived("DATA_ARCHIVE_DIR", "data_archive_dir", "str",
+             "unpack DATA_URL's archive here, once (a marker records it); DATA_DIR lies inside it"),
+    _derived("HF_HOME", None, "str", "the Hugging Face cache, on the cache volume (spec.cache): Hub weights "
+             "are downloaded there once"),
+    _spec_env("hub.endpoint", "HF_ENDPOINT", "str", "a Hugging Face Hub mirror"),
+    _spec_env("hub.offline", "HF_HUB_OFFLINE", "bool", "download nothing: the weights must be in the cache"),
+    _spec_env("hub.tokenSecret", "HF_TOKEN", "secret", "a Hub token, from a Secret key (never printed)"),
+    _derived("OUTPUT_DIR", "output_dir", "str",
+             "save the trained model here (model.safetensors, config.json, labels.json)"),
     # A shipped function (spec.function: its ConfigMap, mounted) runs instead of the built-in recipe.
     _derived("FUNCTION_FILE", "function_file", "str",
              "run this function payload (pets_operator.notebook.cluster_launcher) instead of the built-in recipe"),
@@ -197,6 +222,26 @@ MIXED_PRECISION_CHOICES = choices_of(BY_OPTION["mixed_precision"])
 RESUME_FROM_CHOICES = choices_of(BY_OPTION["resume_from"])  # SameJob, AnyJob
 
 
+# --- data sets the spec names by shorthand ----------------------------------------------------------
+
+# data.oxfordPets: the Oxford-IIIT Pets images, as torchvision's OxfordIIITPet downloads them
+# (torchvision/datasets/oxford_iiit_pet.py, `_RESOURCES`): the archive holds `images/<breed>_<n>.jpg`.
+OXFORD_PETS_URL = "https://www.robots.ox.ac.uk/~vgg/data/pets/data/images.tar.gz"
+OXFORD_PETS_MD5 = "5c4f3ee8e5d25df40f4fd59a7f44e54c"
+
+
+def data_download(spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(url, "sha256:<hex>" or "md5:<hex>") of the archive the spec's data downloads, or None."""
+    data = spec.get("data") or {}
+    if data.get("oxfordPets") is not None:
+        return OXFORD_PETS_URL, f"md5:{OXFORD_PETS_MD5}"
+    download = data.get("download")
+    if download is None:
+        return None
+    algorithm = "sha256" if download.get("sha256") else "md5"
+    return download["url"], f"{algorithm}:{str(download[algorithm]).lower()}"
+
+
 # --- the pod's environment ----------------------------------------------------------------------------
 
 
@@ -225,12 +270,23 @@ def environment(spec: Mapping[str, Any], derived: Mapping[str, Any]) -> dict[str
         raise ValueError(f"derived values must be given for exactly {sorted(expected)}, got {sorted(derived)}")
     values: dict[str, str] = {}
     for entry in ENTRIES:
-        if entry.kind == TRAINER:
+        if entry.kind == TRAINER or entry.type == "secret":
             continue
         value = get_path(spec, entry.spec) if entry.kind == SPEC else derived[entry.env]
         if value is not None:
             values[entry.env] = render(value)
     return values
+
+
+def secret_env(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The `secret` entries the spec sets, as env items that take their value from the Secret key."""
+    items = []
+    for entry in ENTRIES:
+        ref = get_path(spec, entry.spec) if entry.type == "secret" else None
+        if ref is not None:
+            items.append({"name": entry.env,
+                          "valueFrom": {"secretKeyRef": {"name": ref["name"], "key": ref["key"]}}})
+    return items
 
 
 # --- reading it back (pets-train) --------------------------------------------------------------------

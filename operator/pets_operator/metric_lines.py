@@ -8,6 +8,11 @@ Global rank 0 prints one JSON object per line on stdout, flushed at once:
     {"event": "epoch", "epoch": 0, "accuracy": 0.8812, "train_loss": 0.41, "seconds": 12.3}
     {"event": "done", "epochs": 2, "accuracy": 0.9, "best_accuracy": 0.91}
 
+Before training, `pets-train` prints its downloads' progress (`pets_trainer.prepare`), then that they are done:
+
+    {"event": "init", "artefact": "data", "source": "https://.../images.tar.gz", "done": 1048576, "total": 791918971}
+    {"event": "initialized"}
+
 A line holds an event when the text from its first `{` on is one JSON object with a string
 `"event"`. Text before the object is tolerated (a timestamp, a `[rank0]:` tag that a launcher
 may put on a process's output); every other line (human text, warnings) is skipped. Epoch events may
@@ -29,6 +34,8 @@ from typing import Any, Iterable, Mapping
 EVENT = "event"  # the key that makes a JSON object a metric event
 EPOCH = "epoch"  # one finished epoch: epoch (from 0), accuracy, train_loss, seconds
 DONE = "done"  # the end of training: epochs, accuracy (the last epoch's), best_accuracy
+INIT = "init"  # download progress before training: artefact (data, model), source, done, total (bytes; None)
+INITIALIZED = "initialized"  # the downloads are done (or there were none to do)
 PRINTED = "printed"  # marks an epoch event read from a plain `epoch N: P` line (two decimals of a percent)
 # The tutorial's `epoch 0: 88.12`: the whole rest of the line, after the start, a space, `:` or `]`.
 _PRINTED_EPOCH = re.compile(r"(?:^|[\s:\]])epoch\s+(\d+)\s*:\s*(\d+(?:\.\d*)?)\s*%?\s*$", re.IGNORECASE)
@@ -41,6 +48,14 @@ def epoch_event(epoch: int, accuracy: float, train_loss: float, seconds: float, 
 
 def done_event(epochs: int, accuracy: float | None, best_accuracy: float | None) -> dict[str, Any]:
     return {EVENT: DONE, "epochs": epochs, "accuracy": accuracy, "best_accuracy": best_accuracy}
+
+
+def init_event(artefact: str, source: str, done: int, total: int | None) -> dict[str, Any]:
+    return {EVENT: INIT, "artefact": artefact, "source": source, "done": done, "total": total}
+
+
+def initialized_event() -> dict[str, Any]:
+    return {EVENT: INITIALIZED}
 
 
 def format_line(event: Mapping[str, Any]) -> str:

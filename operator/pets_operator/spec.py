@@ -16,6 +16,10 @@ from .contract import apply_schema_defaults, spec_schema
 # CRD's default of data.mountPath); DATA_DIR is the mount plus data.path.
 DATA_MOUNT_PATH = spec_schema()["properties"]["data"]["properties"]["mountPath"]["default"]
 
+# Where the cache volume (downloads: data.download, data.oxfordPets, Hub weights) is mounted unless
+# cache.path says otherwise (the CRD's default).
+CACHE_MOUNT_PATH = spec_schema()["properties"]["cache"]["properties"]["path"]["default"]
+
 # Where a shipped function's ConfigMap (spec.function) is mounted; FUNCTION_FILE is this plus function.key.
 FUNCTION_MOUNT_PATH = "/var/run/pets-function"
 

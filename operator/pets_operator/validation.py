@@ -14,7 +14,7 @@ from .quantities import parse_quantity
 from .spec import FUNCTION_MOUNT_PATH, SCRATCH_MOUNT_PATHS, data_mount_path
 
 MAX_WORLD_SIZE = 1024  # numNodes x processesPerNode: beyond this a single rendezvous is not sensible
-DATA_SOURCES = ("persistentVolumeClaim", "hostPath", "synthetic")
+DATA_SOURCES = ("persistentVolumeClaim", "hostPath", "synthetic", "download", "oxfordPets")
 # Where the pods mount other things (/dev/shm, the function's ConfigMap): data.mountPath stays out of them.
 RESERVED_MOUNTS = ("/dev", FUNCTION_MOUNT_PATH)
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -28,6 +28,9 @@ def spec_problems(name: str, spec: Mapping[str, Any], reserved_env: frozenset[st
         *_pretrained_problems(spec),
         *_data_problems(spec.get("data") or {}, has_function=spec.get("function") is not None),
         *_checkpoint_problems(spec.get("checkpoint"), data_mount_path(spec)),
+        *_volume_problems("cache", spec.get("cache"), data_mount_path(spec)),
+        *_volume_problems("output", spec.get("output"), data_mount_path(spec)),
+        *_hub_problems(spec),
         *_function_problems(spec.get("function")),
         *_resource_problems(spec.get("resources") or {}),
         *_env_problems(spec.get("env") or [], reserved_env),
@@ -44,8 +47,6 @@ def _size_problems(spec: Mapping[str, Any]) -> Iterator[str]:
 
 
 def _pretrained_problems(spec: Mapping[str, Any]) -> Iterator[str]:
-    if spec.get("pretrained") and not spec.get("pretrainedWeights"):
-        yield "pretrained: true needs spec.pretrainedWeights, the path of a weights file inside the pod (nothing is downloaded)"
     weights = spec.get("pretrainedWeights")
     if weights and not posixpath.isabs(weights):
         yield f"pretrainedWeights {weights!r} must be an absolute path inside the pod"
@@ -67,6 +68,11 @@ def _data_problems(data: Mapping[str, Any], has_function: bool = False) -> Itera
                f"got {', '.join(sources) if sources else 'none'}")
     if data.get("hostPath") is not None:
         yield from _absolute_path_problems("data.hostPath", data["hostPath"])
+    download = data.get("download")
+    if download is not None and bool(download.get("sha256")) == bool(download.get("md5")):
+        yield "data.download needs exactly one of sha256, md5: the archive is verified before it is unpacked"
+    if download is not None and not str(download.get("url", "")).startswith(("http://", "https://")):
+        yield f"data.download.url {download.get('url')!r} must be an http or https URL"
     path = data.get("path") or ""
     if path.startswith("/") or ".." in path.split("/"):
         yield f"data.path {path!r} must be relative to the data volume, without '..'"
@@ -97,6 +103,39 @@ def _checkpoint_problems(checkpoint: Mapping[str, Any] | None, data_mount: str) 
         if normal == "/" or normal == data_mount or normal.startswith(data_mount.rstrip("/") + "/"):
             yield f"checkpoint.path {path!r} must not be '/' or inside the data mount {data_mount}"
         yield from _scratch_mount_problems("checkpoint.path", path)
+
+
+def _volume_problems(field: str, volume: Mapping[str, Any] | None, data_mount: str) -> Iterator[str]:
+    """spec.cache and spec.output: one source at most, a path of their own."""
+    if volume is None:
+        return
+    if volume.get("persistentVolumeClaim") is not None and volume.get("hostPath") is not None:
+        yield f"{field} must set at most one of persistentVolumeClaim, hostPath"
+    if volume.get("hostPath") is not None:
+        yield from _absolute_path_problems(f"{field}.hostPath", volume["hostPath"])
+    if volume.get("sizeLimit") is not None:
+        try:
+            parse_quantity(volume["sizeLimit"])
+        except ValueError as error:
+            yield f"{field}.sizeLimit: {error}"
+    path = volume.get("path")
+    problems = list(_absolute_path_problems(f"{field}.path", path))
+    yield from problems
+    if not problems:
+        normal, data_mount = posixpath.normpath(path), posixpath.normpath(data_mount)
+        if normal == "/" or normal == data_mount or normal.startswith(data_mount.rstrip("/") + "/") \
+                or any(normal == m or normal.startswith(m + "/") for m in RESERVED_MOUNTS):
+            yield f"{field}.path {path!r} must not be '/', inside the data mount {data_mount} or under /dev"
+        yield from _scratch_mount_problems(f"{field}.path", path)
+
+
+def _hub_problems(spec: Mapping[str, Any]) -> Iterator[str]:
+    hub = spec.get("hub") or {}
+    if hub.get("offline") and spec.get("pretrained") and not spec.get("pretrainedWeights") \
+            and (spec.get("cache") or {}).get("persistentVolumeClaim") is None \
+            and (spec.get("cache") or {}).get("hostPath") is None:
+        yield ("hub.offline with pretrained weights from the Hub needs a pre-filled cache: set "
+               "cache.persistentVolumeClaim or cache.hostPath (an emptyDir starts empty), or pretrainedWeights")
 
 
 def _scratch_mount_problems(field: str, path: str) -> Iterator[str]:

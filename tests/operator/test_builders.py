@@ -196,3 +196,46 @@ def test_the_trainer_s_error_is_its_termination_message(job, spec):
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert container["terminationMessagePath"] == "/dev/termination-log"
     assert env_of(builders.pod_body(job, spec, 0, 0))["TERMINATION_MESSAGE_PATH"] == container["terminationMessagePath"]
+
+
+def test_downloaded_data_hub_weights_and_output_volumes(job, spec):
+    """data.oxfordPets and Hub weights go to the cache volume (one per pod by default, a size limit); the Hub
+    token comes from its Secret, never as a value; the model goes to the output volume."""
+    spec = with_defaults({**spec, "pretrained": True, "data": {"oxfordPets": {}, "path": "images"},
+                          "cache": {"sizeLimit": "20Gi"}, "output": {"persistentVolumeClaim": {"claimName": "models"}},
+                          "hub": {"endpoint": "https://hub.example", "tokenSecret": {"name": "hf", "key": "token"}}},
+                         "img")
+    pod = builders.pod_body(job, spec, 0, 0)
+    container = pod["spec"]["containers"][0]
+    env = {item["name"]: item for item in container["env"]}
+    archive = f"/var/cache/pets/datasets/md5-{contract.OXFORD_PETS_MD5[:16]}"
+    assert env["DATA_URL"]["value"] == contract.OXFORD_PETS_URL
+    assert env["DATA_CHECKSUM"]["value"] == f"md5:{contract.OXFORD_PETS_MD5}"
+    assert env["DATA_ARCHIVE_DIR"]["value"] == archive and env["DATA_DIR"]["value"] == archive + "/images"
+    assert env["HF_HOME"]["value"] == "/var/cache/pets/huggingface" and env["HF_ENDPOINT"]["value"] == "https://hub.example"
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert "HF_HUB_OFFLINE" not in env and env["OUTPUT_DIR"]["value"] == "/output"
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+    assert "data" not in volumes and "data" not in mounts  # the archive is on the cache volume
+    assert volumes["cache"] == {"name": "cache", "emptyDir": {"sizeLimit": "20Gi"}}
+    assert volumes["output"] == {"name": "output", "persistentVolumeClaim": {"claimName": "models"}}
+    assert (mounts["cache"], mounts["output"]) == ("/var/cache/pets", "/output")
+    kubernetes_validate.validate(pod, "1.30", strict=True)
+
+
+def test_a_shared_cache_and_a_sha256_download(job, spec):
+    spec = with_defaults({**spec, "data": {"download": {"url": "https://h/p.tgz", "sha256": "AB" * 32}},
+                          "cache": {"persistentVolumeClaim": {"claimName": "shared"}, "path": "/cache"}}, "img")
+    pod = builders.pod_body(job, spec, 1, 0)
+    env = env_of(pod)
+    assert env["DATA_CHECKSUM"] == "sha256:" + "ab" * 32
+    assert env["DATA_DIR"] == env["DATA_ARCHIVE_DIR"] == "/cache/datasets/sha256-" + "ab" * 8
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "shared"}} in pod["spec"]["volumes"]
+    assert "OUTPUT_DIR" not in env
+
+
+def test_no_cache_volume_without_downloads(job, spec):
+    pod = builders.pod_body(job, spec, 0, 0)
+    assert "cache" not in {volume["name"] for volume in pod["spec"]["volumes"]}
+    assert "HF_HOME" not in env_of(pod)

@@ -22,6 +22,9 @@ NOT_IN_ENV = {
     "suspend",  # -> whether the group's pods exist at all
     "queueName", "priorityClassName",  # -> the pods' Kueue labels, priorityClassName
     "gangScheduling.scheduler", "gangScheduling.scheduleTimeoutSeconds",  # -> the PodGroup, schedulerName
+    "data.download.url", "data.download.sha256", "data.download.md5", "data.oxfordPets",  # -> DATA_URL, DATA_CHECKSUM
+    "cache.persistentVolumeClaim", "cache.hostPath", "cache.sizeLimit", "cache.path",  # -> the cache volume, HF_HOME
+    "output.persistentVolumeClaim", "output.hostPath", "output.path",  # -> the output volume, OUTPUT_DIR
 }
 
 SPECS = {
@@ -33,7 +36,16 @@ SPECS = {
         "data": {"synthetic": {"classes": 5, "imagesPerClass": 11, "imageSize": 48}, "path": "gen"},
         "checkpoint": {"hostPath": "/srv/ckpt", "path": "/state", "resumeFrom": "AnyJob"},
         "function": {"configMap": "pets-function"},
+        "hub": {"endpoint": "http://127.0.0.1:9/hub", "offline": True, "tokenSecret": {"name": "hf", "key": "token"}},
+        "cache": {"persistentVolumeClaim": {"claimName": "cache"}, "path": "/cache"},
+        "output": {"hostPath": "/srv/out", "path": "/out"},
     },
+    "downloaded data, Hub weights": {
+        "numNodes": 2, "pretrained": True, "data": {"download": {"url": "https://example.test/p.tgz", "md5": "A" * 32},
+                                                    "path": "images"},
+        "hub": {"endpoint": "http://127.0.0.1:9/hub"}, "output": {}, "cache": {"sizeLimit": "20Gi"},
+    },
+    "the Oxford-IIIT Pets shorthand": {"data": {"oxfordPets": {}, "path": "images"}},
     "volume data": {"numNodes": 2, "data": {"persistentVolumeClaim": {"claimName": "pets"}, "path": "images"},
                     "checkpoint": {}},
     "shipped function": {"numNodes": 2, "function": {"configMap": "fn", "key": "f.pkl"},
@@ -42,10 +54,13 @@ SPECS = {
 }
 
 
+SPEC_PATHS = {entry.spec for entry in contract.ENTRIES if entry.kind == contract.SPEC}
+
+
 def leaf_paths(schema, prefix=""):
     for key, child in (schema.get("properties") or {}).items():
         path = f"{prefix}{key}"
-        if child.get("type") == "object" and child.get("properties") and path not in NOT_IN_ENV:
+        if child.get("type") == "object" and child.get("properties") and path not in NOT_IN_ENV | SPEC_PATHS:
             yield from leaf_paths(child, path + ".")
         else:
             yield path
@@ -53,7 +68,7 @@ def leaf_paths(schema, prefix=""):
 
 def trainer_view(env: list[dict[str, str]]):
     """What pets-train makes of a pod's env: its launch plan and training config."""
-    environ = {item["name"]: item["value"] for item in env}
+    environ = {item["name"]: item["value"] for item in env if "value" in item}  # not a Secret's (HF_TOKEN)
     values = resolve_options(TRAIN_OPTIONS + LAUNCH_OPTIONS, build_parser().parse_args([]), environ)
     return make_plan(values), make_train_config(values)
 
@@ -78,9 +93,19 @@ def test_the_trainer_sees_exactly_the_spec(name):
 
 
 def check_pod(spec, index):
-    plan, config = trainer_view(builders.pod_env("pets", "ml", index, spec, uid="uid-1"))
+    env = builders.pod_env("pets", "ml", index, spec, uid="uid-1")
+    plan, config = trainer_view(env)
+    by_name = {item["name"]: item for item in env}
     for entry in contract.ENTRIES:
-        if entry.kind == contract.SPEC:
+        if entry.kind == contract.SPEC and entry.option is None:  # read by a library (huggingface_hub) from the env
+            expected = contract.get_path(spec, entry.spec)
+            if entry.type == "secret":
+                assert by_name.get(entry.env, {}).get("valueFrom") == (
+                    None if expected is None else {"secretKeyRef": dict(expected)}), entry.spec
+            else:
+                assert by_name.get(entry.env, {}).get("value") == (
+                    None if expected is None else contract.render(expected)), entry.spec
+        elif entry.kind == contract.SPEC:
             expected = contract.get_path(spec, entry.spec)
             if expected is None and parent_absent(spec, entry.spec) and hasattr(config, entry.option):
                 expected = contract.option_defaults().get(entry.option)  # unset: the trainer's default is the CRD's
@@ -93,6 +118,14 @@ def check_pod(spec, index):
     assert config.data_dir == builders.data_dir(spec)
     assert plan.function_file == builders.function_file(spec)
     assert config.checkpoint_dir == (spec.get("checkpoint") or {}).get("path")
+    assert config.output_dir == (spec.get("output") or {}).get("path")
+    download = contract.data_download(spec)
+    assert (plan.downloads.data_url, plan.downloads.data_checksum) == (download or (None, None))
+    assert plan.downloads.data_archive_dir == builders.data_archive_dir(spec)
+    if download:
+        assert config.data_dir.startswith(plan.downloads.data_archive_dir + "/")
+    hub = spec.get("pretrained") and not spec.get("pretrainedWeights") and not spec.get("function")
+    assert plan.downloads.hub_model == (spec["model"] if hub else None)
 
 
 def test_defaults_are_the_crds_on_both_sides():
@@ -126,7 +159,8 @@ def test_every_spec_field_is_in_the_contract_or_named_as_not_reaching_the_env():
 
 
 def test_entry_types_match_the_crd():
-    crd_type = {"int": "integer", "float": "number", "bool": "boolean", "str": "string", "choice": "string"}
+    crd_type = {"int": "integer", "float": "number", "bool": "boolean", "str": "string", "choice": "string",
+                "secret": "object"}
     for entry in contract.ENTRIES:
         if entry.kind == contract.SPEC:
             node = contract.spec_schema()
@@ -139,8 +173,10 @@ def test_names_are_unique_and_the_reserved_set_is_what_the_operator_writes():
     assert len({e.env for e in contract.ENTRIES}) == len(contract.ENTRIES)
     options = [e.option for e in contract.ENTRIES if e.option]
     assert len(set(options)) == len(options)
-    full = with_defaults({**SPECS["every field set"]}, "img")
-    written = {item["name"] for item in builders.pod_env("pets", "ml", 0, full, uid="uid-1")}
+    written = set()
+    for name in ("every field set", "downloaded data, Hub weights"):  # synthetic data, downloaded data
+        full = with_defaults({**SPECS[name]}, "img")
+        written |= {item["name"] for item in builders.pod_env("pets", "ml", 0, full, uid="uid-1")}
     assert written == contract.RESERVED_ENV
     # Every pets-train option is a contract entry: the parser has no name of its own.
     assert {o.dest for o in TRAIN_OPTIONS + LAUNCH_OPTIONS} == set(options)

@@ -19,7 +19,14 @@ def test_a_plain_job_is_valid():
 
 
 @pytest.mark.parametrize("spec, words", [
-    ({"pretrained": True}, "pretrainedWeights"),
+    ({"pretrained": True, "hub": {"offline": True}}, "needs a pre-filled cache"),
+    ({"data": {"download": {"url": "https://h/p.tgz"}}}, "exactly one of sha256, md5"),
+    ({"data": {"download": {"url": "ftp://h/p.tgz", "md5": "a" * 32}}}, "http or https"),
+    ({"data": {"oxfordPets": {}, "synthetic": {}}}, "got synthetic, oxfordPets"),
+    ({"cache": {"path": "/data/cache"}}, "cache.path '/data/cache' must not be '/', inside the data mount"),
+    ({"output": {"hostPath": "/a", "persistentVolumeClaim": {"claimName": "c"}}}, "output must set at most one"),
+    ({"output": {"path": "/tmp"}}, "output.path '/tmp' must not be /tmp or /home/trainer"),
+    ({"cache": {"sizeLimit": "lots"}}, "cache.sizeLimit"),
     ({"pretrainedWeights": "weights.pt"}, "absolute"),
     ({"numNodes": 256, "processesPerNode": 8}, "at most 1024"),
     ({"data": {"hostPath": "data"}}, "data.hostPath 'data' must be an absolute path"),
@@ -53,4 +60,11 @@ def test_long_names_are_rejected_with_the_limit():
 
 
 def test_several_problems_are_all_reported():
-    assert len(problems(name="Bad.Name", pretrained=True, resources={"limits": {"cpu": "x"}})) == 3
+    assert len(problems(name="Bad.Name", pretrainedWeights="w.pt", resources={"limits": {"cpu": "x"}})) == 3
+
+
+def test_downloads_hub_weights_cache_and_output_are_valid():
+    assert problems(pretrained=True) == []  # weights from the Hub
+    assert problems(pretrained=True, hub={"offline": True}, cache={"persistentVolumeClaim": {"claimName": "c"}}) == []
+    assert problems(data={"oxfordPets": {}, "path": "images"}, cache={"sizeLimit": "2Gi"}, output={}) == []
+    assert problems(data={"download": {"url": "https://h/p.tgz", "sha256": "a" * 64}}, output={"hostPath": "/o"}) == []

@@ -124,7 +124,6 @@ def test_synthetic_variables_ask_for_generation_with_crd_defaults():
         ({"PRETRAINED": "maybe"}, "PRETRAINED='maybe': must be true or false"),
         ({"MIXED_PRECISION": "fp8"}, "MIXED_PRECISION='fp8': must be one of no, fp16, bf16"),
         ({"EPOCHS": "0"}, "epochs must be an integer >= 1, got 0"),
-        ({"PRETRAINED": "true"}, "pretrained needs a local weights file"),
         ({"NUM_MACHINES": "2", "MACHINE_RANK": "2", "MASTER_ADDR": "a"}, "MACHINE_RANK must be between 0 and NUM_MACHINES-1 (1), got 2"),
         ({"NUM_MACHINES": "2", "MACHINE_RANK": "0"}, "MASTER_ADDR must be set when NUM_MACHINES > 1"),
         ({"NUM_MACHINES": "2", "MASTER_ADDR": "a", "WORLD_SIZE": "3"}, "WORLD_SIZE=3 does not match NUM_MACHINES x NPROC_PER_NODE = 2 x 1"),

@@ -22,7 +22,7 @@ class TrainConfig:
 
     data_dir: str | None = None
     model: str = _CRD["model"]
-    # Weights come only from a local file (pretrained_weights).
+    # The workers load weights only from a local file (pretrained_weights); pets-train fetches the Hub's first.
     pretrained: bool = _CRD["pretrained"]
     pretrained_weights: str | None = None
     # The tutorial passes "fp16"; the CRD's "no" is the only choice a CPU has.
@@ -38,6 +38,7 @@ class TrainConfig:
     crop_scale: tuple[float, float] = (0.5, 1.0)
     train_fraction: float = 0.8
     checkpoint_dir: str | None = None
+    output_dir: str | None = None  # the trained model goes here (pets_trainer.export)
     # The job the run belongs to (JOB_UID, JOB_NAME, JOB_NAMESPACE; all None when run by hand): its
     # checkpoints record it, and a run of another job resumes from them only with resume_from "AnyJob".
     job_uid: str | None = None
@@ -116,5 +117,3 @@ def _problems(config: TrainConfig):
         yield f"pin_memory must be one of {', '.join(PIN_MEMORY_CHOICES)}, got {config.pin_memory!r}"
     if not config.model:
         yield "model must be a timm model name"
-    if config.pretrained and not config.pretrained_weights:
-        yield "pretrained needs a local weights file (pretrained_weights / PRETRAINED_WEIGHTS): nothing is downloaded"

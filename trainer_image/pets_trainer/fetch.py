@@ -34,14 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
+from pets_operator.contract import OXFORD_PETS_MD5, OXFORD_PETS_URL  # noqa: F401 (data.oxfordPets: one source)
+
 from .errors import TrainerError
 
 MARKER = ".pets-archive.json"
 CHUNK = 1 << 20
-# The Oxford-IIIT Pets images, as torchvision's OxfordIIITPet downloads them
-# (torchvision/datasets/oxford_iiit_pet.py, `_RESOURCES`): the archive holds `images/<breed>_<n>.jpg`.
-OXFORD_PETS_URL = "https://www.robots.ox.ac.uk/~vgg/data/pets/data/images.tar.gz"
-OXFORD_PETS_MD5 = "5c4f3ee8e5d25df40f4fd59a7f44e54c"
 
 Progress = Callable[[int, int | None], None]  # (bytes done, total or None)
 
@@ -66,6 +64,16 @@ class Checksum:
             for block in iter(lambda: file.read(CHUNK), b""):
                 digest.update(block)
         return digest.hexdigest()
+
+
+def parse_checksum(text: str) -> Checksum:
+    """`sha256:<hex>` or `md5:<hex>` (DATA_CHECKSUM) as a Checksum; DataUnavailable when it is neither."""
+    algorithm, _, hexdigest = text.partition(":")
+    length = {"sha256": 64, "md5": 32}.get(algorithm.strip().lower())
+    digits = hexdigest.strip()
+    if length is None or len(digits) != length or any(c not in "0123456789abcdefABCDEF" for c in digits):
+        raise DataUnavailable(f"checksum {text!r} must be sha256:<64 hex digits> or md5:<32 hex digits>")
+    return Checksum(algorithm.strip().lower(), digits)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from .config import TrainConfig
 from .cpus import available_cpus
 from .errors import TERMINATION_MESSAGE_ENV, ConfigError, TrainerError, report_error
 from .image_index import scan_images
+from .prepare import Downloads, prepare_downloads
 from .synthetic import generate_synthetic_pets
 
 WORKER_MODULE = "pets_trainer.worker"
@@ -72,6 +73,7 @@ class LaunchPlan:
     cpu_threads_per_process: int
     synthetic: dict | None  # generate_synthetic_pets keyword arguments, or None
     function_file: str | None = None  # a shipped function's payload (FUNCTION_FILE), run instead of the recipe
+    downloads: Downloads = Downloads()  # fetched once per node before the workers start (pets_trainer.prepare)
 
     @property
     def num_processes(self) -> int:
@@ -151,6 +153,15 @@ def make_plan(values: dict) -> LaunchPlan:
         cpu_threads_per_process=threads,
         synthetic=synthetic,
         function_file=values.get("function_file") or None,
+        downloads=Downloads(
+            data_url=values.get("data_url") or None,
+            data_checksum=values.get("data_checksum") or None,
+            data_archive_dir=values.get("data_archive_dir") or None,
+            # Hub weights: the recipe's model, pretrained, with no local file (a shipped function fetches its own).
+            hub_model=values.get("model", SPEC_DEFAULTS["model"])
+            if values.get("pretrained") and not values.get("pretrained_weights") and not values.get("function_file")
+            else None,
+        ),
     )
 
 
@@ -220,7 +231,7 @@ def check_function(path: str) -> None:
 def child_environment(environ: Mapping[str, str], termination_message_path: str | None = None) -> dict[str, str]:
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("HF_HUB_OFFLINE", "1")
+    env["HF_HUB_OFFLINE"] = "1"  # the workers never download: pets-train fetched what they load
     if termination_message_path:  # the workers write their errors there too
         env[TERMINATION_MESSAGE_ENV] = termination_message_path
     return env
@@ -236,8 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         config = make_train_config(values)
         command = accelerate_command(plan, config)
         if args.dry_run:
-            print(json.dumps({"command": command, "plan": vars(plan)}))
+            print(json.dumps({"command": command, "plan": {**vars(plan), "downloads": vars(plan.downloads)}}))
             return 0
+        weights = prepare_downloads(plan.downloads)
+        if weights is not None:  # the workers load the file this node fetched; none of them downloads
+            config = config.replace(pretrained_weights=weights)
+            command = accelerate_command(plan, config)
         prepare_data(plan, config)
     except TrainerError as error:
         return report_error(error, termination_message_path)

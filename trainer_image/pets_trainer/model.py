@@ -24,7 +24,8 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, weights_
     options = {}
     if pretrained:
         if not weights_file:
-            raise ConfigError("pretrained needs a local weights file (PRETRAINED_WEIGHTS): nothing is downloaded")
+            raise ConfigError("pretrained needs a local weights file (PRETRAINED_WEIGHTS): nothing is downloaded "
+                              "here (pets-train fetches the Hub's before the workers start)")
         if not Path(weights_file).is_file():
             raise ConfigError(f"pretrained weights file {weights_file} does not exist")
         options["pretrained_cfg_overlay"] = dict(file=str(weights_file))
