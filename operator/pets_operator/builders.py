@@ -58,8 +58,9 @@ def data_dir(spec: Mapping[str, Any]) -> str | None:
 
 
 def hub_weights(spec: Mapping[str, Any]) -> bool:
-    """Whether pets-train downloads pretrained weights from the Hub (pretrained, no local file)."""
-    return bool(spec.get("pretrained")) and not spec.get("pretrainedWeights")
+    """Whether pets-train downloads pretrained weights from the Hub (pretrained, no local file, the built-in
+    recipe: a shipped function loads its own)."""
+    return bool(spec.get("pretrained")) and not spec.get("pretrainedWeights") and not spec.get("function")
 
 
 def cache_path(spec: Mapping[str, Any]) -> str:

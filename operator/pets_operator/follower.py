@@ -22,6 +22,7 @@ import logging
 import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
+from .initialization import Initialization, fold, is_init_event
 from .metric_lines import parse_progress_lines
 from .metrics import epoch_entry, epoch_status, merge_epochs
 from .status import FINAL_PHASES
@@ -51,6 +52,19 @@ class EpochBook:
         self._lock = threading.Lock()
         self.attempt = attempt
         self._provisional: set[int] = set()  # epochs of an earlier attempt, kept until the new one says otherwise
+        self._initialization = Initialization()  # the current attempt's downloads, as pod 0 reports them
+
+    @property
+    def initialization(self) -> Initialization:
+        with self._lock:
+            return self._initialization
+
+    def note_init(self, event: Mapping[str, Any], attempt: int | None = None) -> None:
+        """An `init` / `initialized` line of group `attempt` (None: the current one); kept, not patched: the
+        runner's next step turns it into the Initialized condition."""
+        with self._lock:
+            if attempt is None or attempt == self.attempt:
+                self._initialization = fold(self._initialization, event)
 
     def _within(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [e for e in entries if self._limit is None or int(e["epoch"]) < self._limit]
@@ -86,6 +100,7 @@ class EpochBook:
         status fields in its restart patch); `keep=True`: they stay until the new group's lines replace them."""
         with self._lock:
             self.attempt = attempt
+            self._initialization = Initialization()  # the new group downloads (or finds its cache) anew
             if keep:
                 self._provisional = {int(e["epoch"]) for e in self._epochs}
             else:
@@ -190,6 +205,9 @@ class PodLogFollower:
 
     def _read(self, line: str) -> None:
         for event in parse_progress_lines([line]):  # JSON metric lines and printed `epoch N: P` lines
+            if is_init_event(event):
+                self._book.note_init(event, attempt=self.attempt)
+                continue
             entry = epoch_entry(event)
             if entry is not None:
                 self._book.add([entry], attempt=self.attempt, resumed=bool(event.get("resumed")))

@@ -29,7 +29,10 @@ from urllib.parse import quote
 import aiohttp
 
 from .follower import MAX_FAILURES, RETRY_SECONDS, EpochBook
-from .metric_lines import parse_progress_line
+from .initialization import is_init_event
+from .metric_lines import parse_line, parse_progress_line
+
+INIT_MARK = '"init'  # in every `init` / `initialized` line (json.dumps writes `"event": "init...`)
 from .metrics import epoch_entry
 from .status import FINAL_PHASES, PENDING
 
@@ -289,6 +292,11 @@ class AsyncPodLogFollower:
             raise
 
     async def _read(self, lines: list[str]) -> None:
+        for line in lines:
+            if INIT_MARK in line:  # the few download progress lines before training (cheap test first)
+                event = parse_line(split_timestamp(line)[1])
+                if is_init_event(event):
+                    self._book.note_init(event, attempt=self.attempt)
         for entries, moments, resumed in epoch_batches(lines):
             add = functools.partial(add_entries, self._book, entries, self.attempt, resumed)
             recorded = await asyncio.get_running_loop().run_in_executor(self.streams.executor, add)

@@ -13,7 +13,10 @@ else before it finished: Kueue's preemption, an eviction; condition Requeued, no
 running job is suspended (`spec.suspend`; the group is created again on resume).
 
 Conditions: Created and Restarting, and Running, Succeeded and Failed, which are named after (and
-written with) the phase they report; Scheduled only once a worker could not be scheduled.
+written with) the phase they report; Scheduled only once a worker could not be scheduled;
+Initialized for a job with downloads (`initialization`): False (Downloading, phase Pending) until
+pod 0's log says they are done; a failure whose cause is DataUnavailable or ModelUnavailable fails
+the job with that reason.
 Created is True only once every pod of the attempt exists (the pod index shows it); a refused
 creation is False with the API's reason (QuotaExceeded) or fails the job (CreateRefused).
 
@@ -27,10 +30,13 @@ from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping
 
 from . import names
+from .initialization import DOWNLOADED, DOWNLOADING, Initialization, needs_initialization
 from .refusals import QUOTA, REFUSED, CreateFailure
 from .status import (FAILED, FINAL_PHASES, PENDING, RUNNING, SUCCEEDED, SUSPENDED, PodView, parse_timestamp,
                      set_condition, timestamp, workers)
 
+INITIALIZED = "Initialized"  # a job with downloads: False (Downloading) until pod 0 has them, then True
+DATA_UNAVAILABLE, MODEL_UNAVAILABLE = "DataUnavailable", "ModelUnavailable"
 OWNED_STATUS_FIELDS = ("phase", "message", "conditions", "workers", "startTime", "completionTime", "restarts",
                        "attempt", "suspendedSeconds", "observedGeneration")
 
@@ -94,17 +100,20 @@ def attempt_of(status: Mapping[str, Any] | None) -> int:
 
 def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | None, generation: int | None,
               pods: Iterable[PodView], now: datetime, problems: list[str], logs_drained: bool = True,
-              create_failure: CreateFailure | None = None) -> Plan:
+              create_failure: CreateFailure | None = None, initialization: Initialization | None = None) -> Plan:
     """`spec` has the defaults applied; `problems` are its validation problems (empty when valid);
-    `create_failure`: how the last creation of the group's objects failed, None when it did not."""
+    `create_failure`: how the last creation of the group's objects failed, None when it did not;
+    `initialization`: what pod 0's log said of its downloads (the current attempt's)."""
     step = _Step({key: value for key, value in (status or {}).items() if key in OWNED_STATUS_FIELDS}, now)
-    plan = _decide(step, name, spec, generation, list(pods), problems, logs_drained, create_failure)
+    plan = _decide(step, name, spec, generation, list(pods), problems, logs_drained, create_failure,
+                   initialization or Initialization())
     plan.events[:0] = step.events
     return plan
 
 
 def _decide(step: _Step, name: str, spec: Mapping[str, Any], generation: int | None, pods: list[PodView],
-            problems: list[str], logs_drained: bool, create_failure: CreateFailure | None) -> Plan:
+            problems: list[str], logs_drained: bool, create_failure: CreateFailure | None,
+            initialization: Initialization) -> Plan:
     now = step.now
     step.status.setdefault("restarts", 0)
     step.status["attempt"] = attempt_of(step.status)
@@ -176,6 +185,9 @@ def _decide(step: _Step, name: str, spec: Mapping[str, Any], generation: int | N
 
     group = list(current.values())
     _scheduling(step, group)
+    initializing = needs_initialization(spec)
+    if initializing and initialization.done:
+        step.condition(INITIALIZED, True, DOWNLOADED, initialization.message())
     if all(p.succeeded for p in group):
         if not logs_drained:
             step.status["message"] = "all workers succeeded; reading the last metric lines"
@@ -188,7 +200,12 @@ def _decide(step: _Step, name: str, spec: Mapping[str, Any], generation: int | N
         due = _ttl_due(step, spec)
         return Plan(step.status, events=[Event("Normal", "Succeeded", message)], finished=due is None, wake_at=due)
     active = sum(1 for p in group if p.phase == RUNNING or p.succeeded)
-    if active == num_nodes:
+    if active == num_nodes and initializing and not initialization.done:
+        # The pods run, but pets-train is still downloading: no training yet.
+        message = f"{num_nodes} of {num_nodes} worker(s) started; {initialization.message()}"
+        step.status.update(phase=PENDING, message=message)
+        step.condition(INITIALIZED, False, DOWNLOADING, initialization.message())
+    elif active == num_nodes:
         message = f"{num_nodes} of {num_nodes} worker(s) running{_attempt_note(spec, step.status)}"
         step.status.update(phase=RUNNING, message=message)
         step.condition(RUNNING, True, "AllWorkersRunning", message)
@@ -348,7 +365,9 @@ def _worker_failed(step: _Step, spec: Mapping[str, Any], pod: PodView, pods: lis
                     new_attempt=attempt + 1, clear_epochs=spec.get("checkpoint") is None)
     message = f"{failure}; backoffLimit ({limit}) reached"
     step.finish(FAILED, message)
-    step.condition(FAILED, True, "BackoffLimitExceeded", message)
+    step.condition(FAILED, True, pod.failure_reason or "BackoffLimitExceeded", message)
+    if pod.failure_reason in (DATA_UNAVAILABLE, MODEL_UNAVAILABLE):
+        step.condition(INITIALIZED, False, pod.failure_reason, message)
     step.clear(RUNNING, "Failed", message)
     step.clear("Restarting", "Failed", message)
     # The others would wait in the rendezvous forever: stop them; the failed pods stay for their logs.

@@ -159,7 +159,7 @@ class JobRunner:
         problems = spec_problems(self.name, self.spec, contract.RESERVED_ENV)
         plan = reconcile(self.name, self.spec, self.status, self.generation, pods,
                          datetime.now(timezone.utc), problems, logs_drained=self._pod0_drained(pods),
-                         create_failure=self.create_failure)
+                         create_failure=self.create_failure, initialization=self.book.initialization)
         return self._unless_expected(plan, pods)
 
     def _unless_expected(self, plan: Plan, pods: list[PodView]) -> Plan:

@@ -17,6 +17,10 @@ SCHEDULING_GATED = "SchedulingGated"
 # Pod conditions that say why a pod is being deleted: Kubernetes' DisruptionTarget (preemption,
 # eviction, ...) and the one Kueue sets on the pods of a workload it stops.
 DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
+# Causes that name what went wrong before training: `<Reason>: ...` as the trainer's error line starts
+# (pets_trainer.fetch.DataUnavailable, pets_trainer.hub.ModelUnavailable, pets_trainer.function's
+# IncompatibleFunction); a job that fails with one has it as its Failed condition's reason.
+FAILURE_REASONS = ("DataUnavailable", "ModelUnavailable", "IncompatibleFunction")
 MAX_CAUSE_LENGTH = 400  # of a worker's failure cause in the job's message
 # The trainer's one-line errors (`error: ...`), also behind Accelerate's `[rank0]:` prefix in a log tail.
 _ERROR_LINE = re.compile(r"(?:^|\]:\s*)error:\s*(\S.*)$")
@@ -66,6 +70,12 @@ class PodView:
     @property
     def finished(self) -> bool:
         return self.phase in FINAL_PHASES
+
+    @property
+    def failure_reason(self) -> str | None:
+        """DataUnavailable, ModelUnavailable, IncompatibleFunction when the cause says so, else None."""
+        cause = self.cause or ""
+        return next((reason for reason in FAILURE_REASONS if cause.startswith(reason + ":")), None)
 
     def describe_failure(self) -> str:
         """`worker pets-1 failed (exit code 1; Error): unknown timm model 'resnet5'`: the cause when the pod gives one."""

@@ -141,3 +141,17 @@ def test_follower_passes_its_attempt_and_resumed_lines_to_the_book():
     follower = PodLogFollower("uid", lambda: response, lambda: ("uid", "Succeeded"), Book(), lambda: None, attempt=2)
     follower._run()
     assert calls == [([0], 2, True), ([1], 2, False)]
+
+
+def test_the_book_keeps_the_current_attempt_s_download_progress():
+    from pets_operator.follower import EpochBook
+    from pets_operator.metric_lines import init_event, initialized_event
+
+    book = EpochBook([], publish=lambda fields: None, attempt=1)
+    book.note_init(init_event("data", "http://h/a.tgz", 5, 10), attempt=0)  # an earlier group's line
+    assert book.initialization.artefacts == {}
+    book.note_init(init_event("data", "http://h/a.tgz", 5, 10), attempt=1)
+    book.note_init(initialized_event(), attempt=1)
+    assert book.initialization.artefacts == {"data": ("http://h/a.tgz", 5, 10)} and book.initialization.done
+    book.start_attempt(2, keep=True)  # a new group downloads (or finds its cache) anew
+    assert not book.initialization.done and book.initialization.artefacts == {}

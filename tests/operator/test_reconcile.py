@@ -189,3 +189,46 @@ def test_a_failed_worker_s_cause_is_in_the_message_and_the_condition(spec):
     expected = "worker pets-1 failed (exit code 1; Error): unknown timm model 'resnet5' (see timm.list_models())"
     assert plan.status["message"].startswith(expected)
     assert condition(plan, "Failed")["message"].startswith(expected)
+
+
+def test_a_job_with_downloads_is_pending_and_initializing_until_pod_0_has_them(spec):
+    from pets_operator.initialization import Initialization, fold
+    from pets_operator.metric_lines import init_event, initialized_event
+    from pets_operator.spec import with_defaults
+
+    spec = with_defaults({**spec, "pretrained": True, "data": {"oxfordPets": {}, "path": "images"}}, "img")
+    running = pods("Running", "Running")
+
+    def at(state, status=None):
+        return reconcile("pets", spec, status, 1, running, T0, [], initialization=state)
+
+    plan = at(Initialization())
+    assert plan.status["phase"] == "Pending"
+    assert condition(plan, "Initialized") == {**condition(plan, "Initialized"), "status": "False",
+                                              "reason": "Downloading"}
+    state = fold(Initialization(), init_event("data", "https://h/images.tar.gz", 3 * 1024 * 1024, 8 * 1024 * 1024))
+    state = fold(state, init_event("model", "timm/resnet50d.ra2_in1k", 0, None))
+    plan = at(state, plan.status)
+    assert plan.status["phase"] == "Pending" and "Running" not in {c["type"] for c in plan.status["conditions"]}
+    assert condition(plan, "Initialized")["message"] == (
+        "downloading: data 3.0 MiB of 8.0 MiB from https://h/images.tar.gz; model 0 B of ? from timm/resnet50d.ra2_in1k")
+    assert condition(plan, "Initialized")["message"] in plan.status["message"]
+    plan = at(fold(state, initialized_event()), plan.status)
+    assert plan.status["phase"] == "Running" and condition(plan, "Running")["status"] == "True"
+    assert (condition(plan, "Initialized")["status"], condition(plan, "Initialized")["reason"]) == ("True", "Downloaded")
+
+
+def test_a_job_without_downloads_has_no_initialized_condition(spec):
+    plan = step(spec, None, pods("Running", "Running"))
+    assert plan.status["phase"] == "Running" and "Initialized" not in {c["type"] for c in plan.status["conditions"]}
+
+
+def test_an_unavailable_data_set_fails_the_job_with_its_reason(spec):
+    failed = [PodView("pets-0", "u0", 0, 0, "Failed", exit_code=2, reason="Error",
+                      message="error: DataUnavailable: http://h/p.tgz: HTTP 404 Not Found"),
+              PodView("pets-1", "u1", 1, 0, "Running")]
+    plan = step(spec, None, failed)
+    assert plan.status["phase"] == "Failed"
+    assert condition(plan, "Failed")["reason"] == "DataUnavailable"
+    assert condition(plan, "Initialized")["reason"] == "DataUnavailable"
+    assert "http://h/p.tgz: HTTP 404 Not Found" in plan.status["message"]

@@ -47,6 +47,11 @@ Progress = Callable[[int, int | None], None]  # (bytes done, total or None)
 class DataUnavailable(TrainerError):
     """The archive cannot be had: the message names the URL and why."""
 
+    reason = "DataUnavailable"  # the job's failure reason (pets_operator.status.FAILURE_REASONS)
+
+    def __init__(self, message: str):
+        super().__init__(f"{self.reason}: {message}")
+
 
 @dataclass(frozen=True)
 class Checksum:

@@ -24,6 +24,11 @@ PROGRESS_INTERVAL = 2.0
 class ModelUnavailable(TrainerError):
     """The weights cannot be had: the message names the repository or URL and why."""
 
+    reason = "ModelUnavailable"  # the job's failure reason (pets_operator.status.FAILURE_REASONS)
+
+    def __init__(self, message: str):
+        super().__init__(f"{self.reason}: {message}")
+
 
 def hub_repository(model: str) -> str:
     """The Hub repository timm loads `model`'s pretrained weights from."""
