@@ -38,7 +38,7 @@ from .status import (FAILED, FINAL_PHASES, PENDING, RUNNING, SUCCEEDED, SUSPENDE
 INITIALIZED = "Initialized"  # a job with downloads: False (Downloading) until pod 0 has them, then True
 DATA_UNAVAILABLE, MODEL_UNAVAILABLE = "DataUnavailable", "ModelUnavailable"
 OWNED_STATUS_FIELDS = ("phase", "message", "conditions", "workers", "startTime", "completionTime", "restarts",
-                       "attempt", "suspendedSeconds", "observedGeneration")
+                       "attempt", "suspendedSeconds", "observedGeneration", "output")
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,9 @@ def _decide(step: _Step, name: str, spec: Mapping[str, Any], generation: int | N
             step.status["message"] = "all workers succeeded; reading the last metric lines"
             return Plan(step.status, wake_at=wake_at)
         message = f"all {num_nodes} worker(s) succeeded"
+        if spec.get("output") is not None:
+            step.status["output"] = output_status(spec["output"])
+            message += f"; the model is in {_where(step.status['output'])}"
         step.finish(SUCCEEDED, message)
         step.condition(SUCCEEDED, True, "AllWorkersSucceeded", message)
         step.clear(RUNNING, "Completed", message)
@@ -373,6 +376,24 @@ def _worker_failed(step: _Step, spec: Mapping[str, Any], pod: PodView, pods: lis
     # The others would wait in the rendezvous forever: stop them; the failed pods stay for their logs.
     return Plan(step.status, delete_pods=_alive(pods), events=[Event("Warning", "Failed", message)],
                 wake_at=_ttl_due(step, spec))
+
+
+def output_status(output: Mapping[str, Any]) -> dict[str, str]:
+    """status.output: where the trained model is (spec.output's volume and the path inside the pods)."""
+    where = {"path": str(output["path"])}
+    if output.get("persistentVolumeClaim") is not None:
+        where["persistentVolumeClaim"] = str(output["persistentVolumeClaim"]["claimName"])
+    elif output.get("hostPath") is not None:
+        where["hostPath"] = str(output["hostPath"])
+    return where
+
+
+def _where(output: Mapping[str, str]) -> str:
+    if "persistentVolumeClaim" in output:
+        return f"PVC {output['persistentVolumeClaim']} ({output['path']} in the pods)"
+    if "hostPath" in output:
+        return f"{output['hostPath']} on the node of pod 0 ({output['path']} in the pods)"
+    return f"{output['path']} of pod 0 (an emptyDir: set output.persistentVolumeClaim or hostPath to keep it)"
 
 
 def _ttl_due(step: _Step, spec: Mapping[str, Any]) -> datetime | None:

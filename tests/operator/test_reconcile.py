@@ -232,3 +232,12 @@ def test_an_unavailable_data_set_fails_the_job_with_its_reason(spec):
     assert condition(plan, "Failed")["reason"] == "DataUnavailable"
     assert condition(plan, "Initialized")["reason"] == "DataUnavailable"
     assert "http://h/p.tgz: HTTP 404 Not Found" in plan.status["message"]
+
+
+def test_a_succeeded_job_names_where_its_model_is(spec):
+    from pets_operator.spec import with_defaults
+
+    spec = with_defaults({**spec, "output": {"persistentVolumeClaim": {"claimName": "models"}}}, "img")
+    plan = step(spec, None, pods("Succeeded", "Succeeded"))
+    assert plan.status["output"] == {"path": "/output", "persistentVolumeClaim": "models"}
+    assert plan.status["message"] == "all 2 worker(s) succeeded; the model is in PVC models (/output in the pods)"

@@ -1,5 +1,7 @@
 """`pets-train`: read the pod's environment and flags, prepare the data, then `accelerate launch`.
 
+`pets-train predict DIR IMAGE...` instead classifies images with a job's saved model (`pets_trainer.export`).
+
 Flags override environment variables, which override the defaults: the CRD's for the options a
 PetsTrainingJob's spec sets, `TrainConfig`'s for the rest. The names of both come from the pod
 contract (`pets_operator.contract`), the same table the operator writes the pod's env from.
@@ -238,6 +240,11 @@ def child_environment(environ: Mapping[str, str], termination_message_path: str 
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["predict"]:  # `pets-train predict DIR IMAGE...`: a job's saved model (spec.output) in use
+        from .export import main as predict_main
+
+        return predict_main(argv[1:])
     args = build_parser().parse_args(argv)
     # Known before anything can fail: a flag wins over the environment, as for every option.
     termination_message_path = args.termination_message_path or os.environ.get(TERMINATION_MESSAGE_ENV) or None

@@ -27,6 +27,7 @@ from .checkpoint import SAME_JOB, Owner, restore_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .data import build_dataloaders, build_datasets, eval_shard
 from .errors import ConfigError
+from .export import save_model
 from .image_cache import ImageCache
 from .image_index import scan_images
 from .metrics import EpochResult, done_event, emit
@@ -279,6 +280,9 @@ def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | No
         history.append(result)
         if checkpoint_dir:
             save_checkpoint(accelerator, checkpoint_dir, epoch, history, fingerprint, owner)
+        if config.output_dir and accelerator.is_main_process and result.accuracy >= max(r.accuracy for r in history):
+            save_model(config.output_dir, parts.eval_model.model, config.model, config.image_size, parts.classes,
+                       epoch=epoch, accuracy=result.accuracy)  # the best epoch so far
         if accelerator.is_main_process:
             emit(result.as_event())
 

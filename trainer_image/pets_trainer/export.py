@@ -1,0 +1,104 @@
+"""The trained model out and back in: `model.safetensors`, `config.json`, `labels.json`; `predict`.
+
+The main process writes the three files into the output directory (`OUTPUT_DIR`, spec.output)
+after each epoch that is the best so far, so the directory always holds the best model and a
+run that stops early leaves the best one it had. Each file is written atomically; `model.safetensors`
+last, so a reader that finds the weights finds the config and labels of the same save.
+
+`config.json`: the timm model name, the image size, the normalization (mean, std), the epoch and
+its accuracy; `labels.json`: the class names in label-id order. `predict(output_dir, images)`
+loads them (no network: the weights are the file) and returns each image's breeds with their
+probabilities, using the eval transform (resize to the image size, normalize).
+`pets-train predict DIR IMAGE...` prints the same as JSON lines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .atomic import write_atomically
+from .errors import ConfigError, TrainerError, report_error
+
+MODEL_FILE, CONFIG_FILE, LABELS_FILE = "model.safetensors", "config.json", "labels.json"
+
+
+def save_model(output_dir: str | Path, model, model_name: str, image_size: int, classes: Sequence[str],
+               epoch: int | None = None, accuracy: float | None = None) -> Path:
+    """Write `model` (a timm model, its classifier trained) with its config and labels into `output_dir`."""
+    from safetensors.torch import save
+
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    cfg = model.pretrained_cfg
+    config = {"model": model_name, "image_size": image_size, "num_classes": len(classes),
+              "mean": list(cfg["mean"]), "std": list(cfg["std"]), "epoch": epoch, "accuracy": accuracy}
+    state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
+    write_atomically(output / LABELS_FILE, lambda stream: stream.write(json.dumps(list(classes)).encode()))
+    write_atomically(output / CONFIG_FILE, lambda stream: stream.write(json.dumps(config, indent=1).encode()))
+    data = save(state, metadata={"format": "pt"})
+    write_atomically(output / MODEL_FILE, lambda stream: stream.write(data))
+    return output
+
+
+def load_model(output_dir: str | Path) -> tuple[Any, dict[str, Any], list[str]]:
+    """(the timm model in eval mode, its config, its labels) from a directory `save_model` wrote."""
+    import timm
+    from safetensors.torch import load_file
+
+    output = Path(output_dir)
+    try:
+        config = json.loads((output / CONFIG_FILE).read_text())
+        labels = json.loads((output / LABELS_FILE).read_text())
+        state = load_file(str(output / MODEL_FILE))
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{output} holds no saved model ({MODEL_FILE}, {CONFIG_FILE}, {LABELS_FILE}): {error}") from None
+    model = timm.create_model(config["model"], pretrained=False, num_classes=len(labels))
+    model.load_state_dict(state)
+    return model.eval(), config, labels
+
+
+def predict(output_dir: str | Path, images: Sequence[str | Path], top: int = 3) -> list[list[tuple[str, float]]]:
+    """For each image, its `top` most likely breeds with their probabilities, most likely first."""
+    import torch
+    from torchvision.transforms import ToTensor
+
+    from .data import DecodeSteps
+
+    model, config, labels = load_model(output_dir)
+    decode = DecodeSteps(resize=int(config["image_size"]))  # the eval transform: Resize, ToTensor, normalize
+    mean = torch.tensor(config["mean"])[:, None, None]
+    std = torch.tensor(config["std"])[:, None, None]
+    results = []
+    with torch.no_grad():
+        for path in images:
+            try:
+                tensor = (ToTensor()(decode(Path(path))) - mean) / std
+            except OSError as error:
+                raise ConfigError(f"cannot read image {path}: {error}") from None
+            probabilities = model(tensor[None]).softmax(dim=-1)[0]
+            best = probabilities.topk(min(top, len(labels)))
+            results.append([(labels[i], round(float(p), 6)) for p, i in zip(best.values.tolist(), best.indices.tolist())])
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`pets-train predict DIR IMAGE...`: one JSON line per image."""
+    parser = argparse.ArgumentParser(prog="pets-train predict", description=predict.__doc__)
+    parser.add_argument("model_dir", help="the job's output directory (spec.output)")
+    parser.add_argument("images", nargs="+")
+    parser.add_argument("--top", type=int, default=3)
+    args = parser.parse_args(argv)
+    try:
+        for image, ranked in zip(args.images, predict(args.model_dir, args.images, top=args.top)):
+            print(json.dumps({"image": image, "predictions": [{"label": label, "probability": p}
+                                                             for label, p in ranked]}))
+    except TrainerError as error:
+        return report_error(error)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
