@@ -207,7 +207,9 @@ def _output_volume(output: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": "output", "emptyDir": {}}
 
 
-def _volumes_and_mounts(spec: Mapping[str, Any]) -> tuple[list[dict], list[dict]]:
+def _volumes_and_mounts(spec: Mapping[str, Any], index: int = 0) -> tuple[list[dict], list[dict]]:
+    """`index`: the pod's; only pod 0 mounts the output volume (the main process, on node 0, writes the
+    model), so a ReadWriteOnce claim serves a group spread over several nodes."""
     data = spec.get("data") or {}
     data_read_only = bool((data.get("persistentVolumeClaim") or {}).get("readOnly", True)) \
         if data.get("persistentVolumeClaim") is not None else False
@@ -221,7 +223,7 @@ def _volumes_and_mounts(spec: Mapping[str, Any]) -> tuple[list[dict], list[dict]
         volumes.append(_cache_volume(spec.get("cache") or {}))
         mounts.append({"name": "cache", "mountPath": cache_path(spec)})
     output = spec.get("output")
-    if output is not None:
+    if output is not None and index == 0:
         volumes.append(_output_volume(output))
         mounts.append({"name": "output", "mountPath": output["path"]})
     function = spec.get("function")
@@ -337,7 +339,7 @@ def pod_body(job: Mapping[str, Any], spec: Mapping[str, Any], index: int, attemp
     """Pod `index` of group attempt `attempt`; `scheduler_names`: the gang schedulers' schedulerNames."""
     name = job["metadata"]["name"]
     namespace = job["metadata"]["namespace"]
-    volumes, mounts = _volumes_and_mounts(spec)
+    volumes, mounts = _volumes_and_mounts(spec, index)
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": spec["image"],

@@ -62,3 +62,23 @@ def test_sample_job_is_a_valid_two_node_cpu_job():
     assert "nvidia.com/gpu" not in yaml.safe_dump(spec.get("resources", {}))
     assert names.job_name_problems(job["metadata"]["name"], spec["numNodes"]) == []
     assert "namespace" not in job["metadata"], "kubectl apply -n <ns> must be able to place it"
+
+
+def test_the_gpu_example_is_the_tutorial_s_recipe_and_valid():
+    from pets_operator.contract import RESERVED_ENV
+    from pets_operator.spec import with_defaults
+    from pets_operator.validation import spec_problems
+
+    documents = chart.documents((chart.MANIFESTS_DIR / "examples" / "oxford-pets-gpu.yaml").read_text())
+    claim, job = documents
+    assert claim["kind"] == "PersistentVolumeClaim" and job["kind"] == "PetsTrainingJob"
+    assert problems(job, crd_schemas(all_crds())) == [] and problems(claim, {}) == []
+    spec = job["spec"]
+    assert spec_problems(job["metadata"]["name"], with_defaults(spec, "img"), RESERVED_ENV) == []
+    # The tutorial: resnet50d pretrained from the Hub, fp16, batch 64, 5 epochs, max LR 0.03, 2 nodes x 1 GPU.
+    assert (spec["model"], spec["pretrained"], spec["mixedPrecision"], spec["batchSize"], spec["epochs"],
+            spec["maxLearningRate"], spec["numNodes"], spec["processesPerNode"]) == (
+        "resnet50d", True, "fp16", 64, 5, 0.03, 2, 1)
+    assert "pretrainedWeights" not in spec and spec["data"] == {"oxfordPets": {}, "path": "images"}
+    assert spec["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert spec["output"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]

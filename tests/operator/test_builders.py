@@ -222,6 +222,8 @@ def test_downloaded_data_hub_weights_and_output_volumes(job, spec):
     assert volumes["output"] == {"name": "output", "persistentVolumeClaim": {"claimName": "models"}}
     assert (mounts["cache"], mounts["output"]) == ("/var/cache/pets", "/output")
     kubernetes_validate.validate(pod, "1.30", strict=True)
+    # Only pod 0 (the main process writes the model) mounts the output: a ReadWriteOnce claim does.
+    assert "output" not in {volume["name"] for volume in builders.pod_body(job, spec, 1, 0)["spec"]["volumes"]}
 
 
 def test_a_shared_cache_and_a_sha256_download(job, spec):
