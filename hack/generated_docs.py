@@ -38,6 +38,7 @@ DERIVED_FROM = {
     "DATA_ARCHIVE_DIR": "`cache.path` + `/datasets/<algorithm>-<checksum prefix>` (with a download)",
     "HF_HOME": "`cache.path` + `/huggingface` (when the cache volume is mounted)",
     "OUTPUT_DIR": "`output.path` (when `output` is set)",
+    "HF_HUB_OFFLINE": "`hub.offline`: `1`; Hub weights to fetch: `0`",
 }
 
 

@@ -63,6 +63,14 @@ def hub_weights(spec: Mapping[str, Any]) -> bool:
     return bool(spec.get("pretrained")) and not spec.get("pretrainedWeights") and not spec.get("function")
 
 
+def hub_offline(spec: Mapping[str, Any]) -> str | None:
+    """HF_HUB_OFFLINE: "1" with hub.offline, "0" where pets-train fetches Hub weights (the trainer image
+    sets 1), else None (unset)."""
+    if (spec.get("hub") or {}).get("offline"):
+        return "1"
+    return "0" if hub_weights(spec) else None
+
+
 def cache_path(spec: Mapping[str, Any]) -> str:
     return (spec.get("cache") or {}).get("path") or CACHE_MOUNT_PATH
 
@@ -114,6 +122,7 @@ def pod_env(job: str, namespace: str, index: int, spec: Mapping[str, Any],
         "DATA_ARCHIVE_DIR": data_archive_dir(spec),
         "HF_HOME": posixpath.join(cache_path(spec), "huggingface") if has_cache(spec) else None,
         "OUTPUT_DIR": output_dir(spec),
+        "HF_HUB_OFFLINE": hub_offline(spec),
     })
     env = [{"name": key, "value": value} for key, value in values.items()]
     env += contract.secret_env(spec)

@@ -115,7 +115,9 @@ ENTRIES: tuple[Entry, ...] = (
     _derived("HF_HOME", None, "str", "the Hugging Face cache, on the cache volume (spec.cache): Hub weights "
              "are downloaded there once"),
     _spec_env("hub.endpoint", "HF_ENDPOINT", "str", "a Hugging Face Hub mirror"),
-    _spec_env("hub.offline", "HF_HUB_OFFLINE", "bool", "download nothing: the weights must be in the cache"),
+    # The trainer image sets HF_HUB_OFFLINE=1: a pod that fetches Hub weights gets 0 unless hub.offline.
+    _derived("HF_HUB_OFFLINE", None, "str", "1: download nothing, the weights must be in the cache (hub.offline); "
+             "0 for a pod that fetches Hub weights; unset otherwise (the image's 1)"),
     _spec_env("hub.tokenSecret", "HF_TOKEN", "secret", "a Hub token, from a Secret key (never printed)"),
     _derived("OUTPUT_DIR", "output_dir", "str",
              "save the trained model here (model.safetensors, config.json, labels.json)"),

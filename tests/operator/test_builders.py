@@ -214,7 +214,8 @@ def test_downloaded_data_hub_weights_and_output_volumes(job, spec):
     assert env["DATA_ARCHIVE_DIR"]["value"] == archive and env["DATA_DIR"]["value"] == archive + "/images"
     assert env["HF_HOME"]["value"] == "/var/cache/pets/huggingface" and env["HF_ENDPOINT"]["value"] == "https://hub.example"
     assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
-    assert "HF_HUB_OFFLINE" not in env and env["OUTPUT_DIR"]["value"] == "/output"
+    # The trainer image sets HF_HUB_OFFLINE=1; this pod fetches Hub weights.
+    assert env["HF_HUB_OFFLINE"]["value"] == "0" and env["OUTPUT_DIR"]["value"] == "/output"
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
     mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
     assert "data" not in volumes and "data" not in mounts  # the archive is on the cache volume

@@ -24,6 +24,7 @@ NOT_IN_ENV = {
     "gangScheduling.scheduler", "gangScheduling.scheduleTimeoutSeconds",  # -> the PodGroup, schedulerName
     "data.download.url", "data.download.sha256", "data.download.md5", "data.oxfordPets",  # -> DATA_URL, DATA_CHECKSUM
     "cache.persistentVolumeClaim", "cache.hostPath", "cache.sizeLimit", "cache.path",  # -> the cache volume, HF_HOME
+    "hub.offline",  # -> HF_HUB_OFFLINE (1; 0 where Hub weights are fetched, over the image's 1)
     "output.persistentVolumeClaim", "output.hostPath", "output.path",  # -> the output volume, OUTPUT_DIR
 }
 
@@ -126,6 +127,8 @@ def check_pod(spec, index):
         assert config.data_dir.startswith(plan.downloads.data_archive_dir + "/")
     hub = spec.get("pretrained") and not spec.get("pretrainedWeights") and not spec.get("function")
     assert plan.downloads.hub_model == (spec["model"] if hub else None)
+    offline = {item["name"]: item.get("value") for item in env}.get("HF_HUB_OFFLINE")
+    assert offline == ("1" if (spec.get("hub") or {}).get("offline") else "0" if hub else None)
 
 
 def test_defaults_are_the_crds_on_both_sides():
