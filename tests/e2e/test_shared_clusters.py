@@ -154,6 +154,39 @@ def test_kueue_admits_preempts_and_readmits_the_group(api, operator_process, sta
         kueue.stop()
 
 
+def test_a_job_created_suspended_makes_nothing_and_its_queue_label_counts(api, operator_process, stand_in_env,
+                                                                          wait_for):
+    """Created with suspend: true, nothing is made until it is resumed; the queue is the job's own Kueue label."""
+    operator = operator_process(stand_in_env)
+    kueue = KueueStandIn(api.core).start()
+    try:
+        kueue.open()
+        api.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "PetsTrainingJob",
+            "metadata": {"name": "held", "namespace": NAMESPACE, "labels": {"kueue.x-k8s.io/queue-name": "team-b"}},
+            "spec": {"numNodes": 2, "epochs": 2, "model": "resnet10t", "data": {"synthetic": {}}, "suspend": True,
+                     "env": [{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.1"}]}})
+        suspended = wait_for("Suspended", lambda: status_of(api, "held").get("phase") == "Suspended"
+                             and status_of(api, "held"), 30, operator.logs)
+        assert conditions(suspended)["Suspended"]["reason"] == "JobSuspended" and "startTime" not in suspended
+        with pytest.raises(pytest.fail.Exception, match="timed out"):  # and nothing comes while it stays so
+            wait_for("anything of the job", lambda: api.pods("held") or api.services("held"), 2)
+        assert status_of(api, "held")["attempt"] == 0
+
+        patch_spec(api, "held", suspend=False)
+        done = wait_for("the job to finish", lambda: status_of(api, "held").get("phase") in FINAL
+                        and status_of(api, "held"), 60, operator.logs)
+        assert done["phase"] == "Succeeded", done.get("message")
+        assert done["attempt"] == 0 and done["restarts"] == 0 and not done.get("suspendedSeconds")
+        for pod in api.pods("held"):
+            assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "team-b"
+            assert pod.metadata.labels["kueue.x-k8s.io/pod-group-name"] == "held-0"
+        assert kueue.admitted == ["held-0"]
+        assert reasons(api, "held").count("Suspended") == 1 and reasons(api, "held").count("Resumed") == 1
+    finally:
+        kueue.stop()
+
+
 # --- gang scheduling ----------------------------------------------------------------------------------
 
 @pytest.fixture

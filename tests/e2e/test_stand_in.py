@@ -56,10 +56,10 @@ def test_worker_failure_within_backoff_restarts_the_group(api, operator_process,
 
 def test_invalid_spec_fails_with_a_clear_message_and_an_event(api, operator_process, stand_in_env, wait_for):
     operator = operator_process(stand_in_env)
-    api.create_job("needs-weights", job_spec(pretrained=True))
+    api.create_job("needs-weights", job_spec(pretrained=True, pretrainedWeights="weights/resnet10t.safetensors"))
     wait_for("Failed", lambda: phase(api, "needs-weights") == "Failed", 30, operator.logs)
     status = api.job("needs-weights")["status"]
-    assert "pretrained: true needs spec.pretrainedWeights" in status["message"]
+    assert "pretrainedWeights 'weights/resnet10t.safetensors' must be an absolute path" in status["message"]
     assert api.pods("needs-weights") == []
     events = wait_for("the Warning event", lambda: [e for e in api.events("needs-weights") if e.reason == "InvalidSpec"], 15)
     assert events[0].type == "Warning"

@@ -58,7 +58,7 @@ def test_a_function_job_without_data_has_no_data_volume():
 def test_the_recipe_is_unchanged_and_still_needs_data():
     env = env_of(pod_of({"data": {"synthetic": {}}}))
     assert env["DATA_DIR"] == "/data" and "FUNCTION_FILE" not in env
-    assert problems_of({}) == ["data must set exactly one of persistentVolumeClaim, hostPath, synthetic; got none"]
+    assert problems_of({}) == ["data must set exactly one of persistentVolumeClaim, hostPath, synthetic, download, oxfordPets; got none"]
 
 
 @pytest.mark.parametrize("spec, problem", [

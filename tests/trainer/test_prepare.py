@@ -76,3 +76,21 @@ def test_nothing_to_fetch_prints_nothing():
     events: list[dict] = []
     assert prepare_downloads(Downloads(), emit=events.append) is None
     assert events == []
+
+
+def test_an_archive_without_pet_images_where_data_path_points_is_data_unavailable(host, tmp_path):
+    notes = tmp_path / "not-pets"
+    (notes / "images").mkdir(parents=True)
+    (notes / "images" / "README.txt").write_text("no pets here")
+    served = tar_gz_bytes(notes)
+    host.files["/other.tar.gz"] = served
+    url = f"{host.url}/other.tar.gz"
+    archive_dir = tmp_path / "datasets" / "other"
+    downloads = Downloads(url, "sha256:" + hashlib.sha256(served).hexdigest(), str(archive_dir),
+                          data_dir=str(archive_dir / "images"))
+    with pytest.raises(DataUnavailable, match=rf"{url}: the unpacked archive has no usable images: no file in "
+                                              rf".*images matches"):
+        prepare_downloads(downloads, emit=lambda event: None)
+    missing = Downloads(url, downloads.data_checksum, str(archive_dir), data_dir=str(archive_dir / "photos"))
+    with pytest.raises(DataUnavailable, match=r"photos does not exist"):
+        prepare_downloads(missing, emit=lambda event: None)

@@ -159,6 +159,7 @@ def make_plan(values: dict) -> LaunchPlan:
             data_url=values.get("data_url") or None,
             data_checksum=values.get("data_checksum") or None,
             data_archive_dir=values.get("data_archive_dir") or None,
+            data_dir=values.get("data_dir") or None,
             # Hub weights: the recipe's model, pretrained, with no local file (a shipped function fetches its own).
             hub_model=values.get("model", SPEC_DEFAULTS["model"])
             if values.get("pretrained") and not values.get("pretrained_weights") and not values.get("function_file")

@@ -18,7 +18,9 @@ from typing import Callable
 from pets_operator import metric_lines
 
 from . import metrics
+from .errors import DataError
 from .fetch import DataUnavailable, ensure_archive, parse_checksum
+from .image_index import scan_images
 
 PROGRESS_INTERVAL = 2.0  # seconds between progress lines of one artefact (the issue asks "every few seconds")
 
@@ -30,6 +32,7 @@ class Downloads:
     data_checksum: str | None = None
     data_archive_dir: str | None = None
     hub_model: str | None = None  # a timm model name: fetch its pretrained weights from the Hub
+    data_dir: str | None = None  # where the images must be once the archive is unpacked (DATA_DIR)
 
     @property
     def empty(self) -> bool:
@@ -53,6 +56,14 @@ class Reporter:
         self.emit(metric_lines.init_event(self.artefact, self.source, done, total))
 
 
+def _require_images(url: str, data_dir: Path) -> None:
+    """An archive that unpacked without `<breed>_<n>.jpg` images where data.path points is unusable data."""
+    try:
+        scan_images(data_dir, verify=False)
+    except DataError as error:
+        raise DataUnavailable(f"{url}: the unpacked archive has no usable images: {error}") from None
+
+
 def prepare_downloads(downloads: Downloads, emit: Callable[[dict], None] = metrics.emit) -> str | None:
     """Fetch what `downloads` names; the local weights file when the Hub's were fetched, else None."""
     if downloads.empty:
@@ -65,6 +76,8 @@ def prepare_downloads(downloads: Downloads, emit: Callable[[dict], None] = metri
         report = Reporter("data", downloads.data_url, emit)
         report(0, None)
         ensure_archive(downloads.data_url, checksum, Path(downloads.data_archive_dir), progress=report)
+        if downloads.data_dir is not None:
+            _require_images(downloads.data_url, Path(downloads.data_dir))
     if downloads.hub_model is not None:
         from .hub import fetch_weights, hub_repository  # huggingface_hub and timm only when needed
 
