@@ -34,6 +34,17 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
+def owned_metadata(job: Mapping[str, Any], object_name: str) -> dict[str, Any]:
+    """Metadata of an object the job owns (Service, NetworkPolicy, PodGroup): garbage-collected with it."""
+    name = job["metadata"]["name"]
+    return {
+        "name": object_name,
+        "namespace": job["metadata"]["namespace"],
+        "labels": {names.LABEL_JOB_NAME: name, names.LABEL_MANAGED_BY: names.MANAGED_BY},
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
 def has_data(spec: Mapping[str, Any]) -> bool:
     """Whether the job has data (a job with spec.function may have none)."""
     return any((spec.get("data") or {}).get(source) is not None for source in DATA_SOURCES)
@@ -135,12 +146,7 @@ def service_body(job: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, A
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": names.service_name(name),
-            "namespace": job["metadata"]["namespace"],
-            "labels": {names.LABEL_JOB_NAME: name, names.LABEL_MANAGED_BY: names.MANAGED_BY},
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": owned_metadata(job, names.service_name(name)),
         "spec": {
             "clusterIP": "None",
             # Pods must resolve each other before they are Ready: the rendezvous is what makes them ready.
@@ -165,12 +171,7 @@ def network_policy_body(job: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {
-            "name": names.service_name(name),
-            "namespace": job["metadata"]["namespace"],
-            "labels": {names.LABEL_JOB_NAME: name, names.LABEL_MANAGED_BY: names.MANAGED_BY},
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": owned_metadata(job, names.service_name(name)),
         "spec": {
             "podSelector": {"matchLabels": names.job_selector(name)},
             "policyTypes": ["Ingress"],
@@ -332,12 +333,7 @@ def pod_group_body(job: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str,
     return {
         "apiVersion": api_version,
         "kind": "PodGroup",
-        "metadata": {
-            "name": names.pod_group_name(name),
-            "namespace": job["metadata"]["namespace"],
-            "labels": {names.LABEL_JOB_NAME: name, names.LABEL_MANAGED_BY: names.MANAGED_BY},
-            "ownerReferences": [owner_reference(job)],
-        },
+        "metadata": owned_metadata(job, names.pod_group_name(name)),
         "spec": group_spec,
     }
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+
 from pets_trainer.synthetic import generate_synthetic_pets
 
 PETS_TRAIN = str(Path(sys.executable).parent / "pets-train")
@@ -23,6 +25,16 @@ TINY_TRAINING_ENV = {
     "SEED": "7",
 }
 SYNTHETIC_ENV = {"SYNTHETIC_CLASSES": "4", "SYNTHETIC_IMAGES_PER_CLASS": "24", "SYNTHETIC_IMAGE_SIZE": "32"}
+
+
+@pytest.fixture
+def host():
+    """A local HTTP host standing in for a data set host (tests/support/http_hosts.py)."""
+    from http_hosts import FileHost
+
+    server = FileHost()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

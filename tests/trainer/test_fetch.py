@@ -10,7 +10,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from http_hosts import FileHost  # noqa: E402
 from pets_archive import MAT_FILES, QUIRKS, pets_images, tar_gz_bytes, zip_bytes  # noqa: E402
 
 from pets_trainer.fetch import (  # noqa: E402
@@ -25,13 +24,6 @@ from pets_trainer.fetch import (  # noqa: E402
 from pets_trainer.image_index import scan_images  # noqa: E402
 
 FAST = RetryPolicy(attempts=4, first_delay=0.01, timeout=5)
-
-
-@pytest.fixture
-def host():
-    server = FileHost()
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from http_hosts import FileHost  # noqa: E402
 from pets_archive import pets_images, tar_gz_bytes  # noqa: E402
 
 from pets_operator import metric_lines  # noqa: E402
 from pets_trainer.fetch import DataUnavailable  # noqa: E402
 from pets_trainer.prepare import Downloads, Reporter, prepare_downloads  # noqa: E402
-
-
-@pytest.fixture
-def host():
-    server = FileHost()
-    yield server
-    server.close()
 
 
 @pytest.fixture(scope="module")
