@@ -3,6 +3,9 @@
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# Package indexes for an air-gapped build (hack/build_images.sh); empty means pip's default.
+ARG PIP_INDEX_URL=
+ARG PIP_EXTRA_INDEX_URL=
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src

@@ -22,7 +22,7 @@ TOOLS := $(PY) hack/k8s_tools.py
 HELM ?= $$($(TOOLS) helm)
 KUBECTL ?= $$($(TOOLS) kubectl)
 
-.PHONY: help venv test tools manifests check-manifests lint-chart images kind-cluster kind-load deploy undeploy demo e2e-kind
+.PHONY: help venv test tools manifests check-manifests lint-chart images images-airgapped kind-cluster kind-load deploy undeploy demo e2e-kind
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -48,6 +48,9 @@ check-manifests: venv ## fail when manifests/operator.yaml has drifted from the 
 
 lint-chart: venv ## helm lint the chart
 	$(HELM) lint --strict charts/pets-operator
+
+images-airgapped: ## build both images where no registry is reachable (hack/build_images.sh --help)
+	hack/build_images.sh --operator-image $(OPERATOR_IMAGE) --trainer-image $(TRAINER_IMAGE) $(BUILD_IMAGES_ARGS)
 
 images: ## build the operator and trainer images
 	$(DOCKER) build -t $(OPERATOR_IMAGE) .
