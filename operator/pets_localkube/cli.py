@@ -35,6 +35,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     up.add_argument("--simulate", action="store_true",
                     help="simulate every pod: no process, phases and log lines on the schedule the pod carries "
                          "(see pets_localkube/simulated.py); without it only pods that ask for it are simulated")
+    up.add_argument("--runtime", choices=("process", "docker"), default="process",
+                    help="how the kubelet runs containers: as local processes (default; no container engine needed) "
+                         "or as docker containers from their images on one docker network (pets_localkube/docker_runtime.py)")
     return parser.parse_args(argv)
 
 
@@ -51,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     try:
         cluster = LocalCluster(workdir=workdir, cpu=args.cpu, memory=args.memory, gpus=args.gpus, crds=crds, port=args.port,
-                               keep_logs=args.keep_logs, simulate=args.simulate)
+                               keep_logs=args.keep_logs, simulate=args.simulate,
+                               runtime=args.runtime)
         cluster.start()
     except OSError as error:
         print(f"error: cannot start the local cluster: {error}", file=sys.stderr)
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.kubeconfig_out:
             args.kubeconfig_out.write_text(text, encoding="utf-8")
         print(f"Local cluster API server at {cluster.url} (node {cluster.node_name}, {cluster.capacity['cpu']} CPUs"
-              f"{', simulated pods' if args.simulate else ''}); workdir {workdir}")
+              f"{', simulated pods' if args.simulate else ''}, {args.runtime} runtime); workdir {workdir}")
         print(f"kubeconfig: {cluster.kubeconfig}\n---\n{text}---")
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
         stop.wait()

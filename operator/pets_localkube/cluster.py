@@ -50,14 +50,16 @@ class LocalCluster:
     `gang_scheduler` (e.g. "scheduler-plugins-scheduler"): the scheduler also serves pods of that
     schedulerName, placing Coscheduling pod groups all or nothing, and the PodGroup kind is served (`gang.py`).
     `simulate=True`: every pod is simulated (no process; `simulated.py`); else only pods that ask for it.
+    `runtime="docker"`: containers run as docker containers from their images (`docker_runtime.py`).
     """
 
     def __init__(self, workdir: Path, cpu: float = 2, memory: str = "8Gi", gpus: int = 0,
                  crds: Iterable[Path | dict[str, Any]] = (), host: str = "127.0.0.1", port: int = 0,
                  entrypoints: dict[str, list[str]] | None = None, node_name: str = NODE_NAME, keep_logs: bool = False,
-                 gang_scheduler: str | None = None, simulate: bool = False):
+                 gang_scheduler: str | None = None, simulate: bool = False, runtime: str = "process"):
         self.workdir = Path(workdir).resolve()
         self.simulate = simulate
+        self.runtime = runtime
         self.crds = [crd if isinstance(crd, dict) else Path(crd) for crd in crds]
         self.gang_scheduler = gang_scheduler
         if gang_scheduler:
@@ -138,7 +140,7 @@ class LocalCluster:
                 self._create_now(manifest)
         async with Client(self.url) as scheduler_client, Client(self.url) as kubelet_client:
             self.kubelet = Kubelet(kubelet_client, self.node_name, self.workdir, self.capacity, self.entrypoints,
-                                   keep_logs=self.keep_logs, simulate=self.simulate)
+                                   keep_logs=self.keep_logs, simulate=self.simulate, runtime=self.runtime)
             await self.kubelet.register_node()
             tasks = [asyncio.create_task(Scheduler(scheduler_client, self.node_name, self.gang_scheduler).run()),
                      asyncio.create_task(self.kubelet.run())]

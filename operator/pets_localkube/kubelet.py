@@ -43,6 +43,7 @@ SHIM = Path(__file__).with_name("shim.py")
 CONTAINER_MARKER = "PETS_LOCALKUBE_CONTAINER"
 # Images whose entrypoint is a console script of this installation.
 DEFAULT_ENTRYPOINTS = {"pets-trainer": ["pets-train"]}
+RUNTIMES = ("process", "docker")
 
 
 def resolve_executable(name: str, path_env: str | None) -> str | None:
@@ -295,6 +296,7 @@ class PodWorker:
         self.started = now()
         self.volumes: dict[str, Path] | None = None
         self.task: asyncio.Task | None = None
+        self.pod_ip = LOOPBACK  # the docker runtime reports each pod's own address
 
     # --- volumes and processes ---------------------------------------------------------------
 
@@ -456,7 +458,7 @@ class PodWorker:
         ready = phase == "Running" and all(s["ready"] for s in statuses)
         ready_reason = {} if ready else {"reason": "PodCompleted" if phase in TERMINAL_POD_PHASES else "ContainersNotReady"}
         status = {
-            "phase": phase, "hostIP": LOOPBACK, "hostIPs": [{"ip": LOOPBACK}], "podIP": LOOPBACK, "podIPs": [{"ip": LOOPBACK}],
+            "phase": phase, "hostIP": LOOPBACK, "hostIPs": [{"ip": LOOPBACK}], "podIP": self.pod_ip, "podIPs": [{"ip": self.pod_ip}],
             "startTime": self.started, "containerStatuses": statuses, "qosClass": "BestEffort",
             **({"initContainerStatuses": init_statuses} if init_statuses else {}),
             "conditions": [
@@ -474,10 +476,15 @@ class PodWorker:
 
 class Kubelet:
     def __init__(self, client: Client, node_name: str, workdir: Path, capacity: dict[str, str],
-                 entrypoints: dict[str, list[str]] | None = None, keep_logs: bool = False, simulate: bool = False):
-        """`simulate`: every pod is a simulated one (`simulated.py`); else only those that ask for it."""
+                 entrypoints: dict[str, list[str]] | None = None, keep_logs: bool = False, simulate: bool = False,
+                 runtime: str = "process"):
+        """`simulate`: every pod is a simulated one (`simulated.py`); else only those that ask for it.
+        `runtime`: "process" (each container a local process) or "docker" (`docker_runtime.py`)."""
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
         self.client = client
         self.simulate = simulate
+        self.runtime = runtime
         self.node_name = node_name
         self.workdir = workdir
         self.log_root = workdir / "logs"
@@ -511,6 +518,10 @@ class Kubelet:
 
     async def run(self) -> None:
         await self.register_node()
+        if self.runtime == "docker":
+            from .docker_runtime import ensure_network
+
+            await ensure_network(self.node_name)
         async for event_type, pod in self.client.watch("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node_name}"):
             try:
                 await self._handle(event_type, pod)
@@ -542,6 +553,10 @@ class Kubelet:
 
         if self.simulate or simulated.requested(pod):
             return simulated.SimulatedPodWorker(self, pod)
+        if self.runtime == "docker":
+            from .docker_runtime import DockerPodWorker
+
+            return DockerPodWorker(self, pod)
         return PodWorker(self, pod)
 
     async def _end_deleted(self, worker: PodWorker, pod: dict[str, Any]) -> None:
@@ -588,3 +603,7 @@ class Kubelet:
         tasks = [w.task for w in workers if w.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace + 5)
+        if self.runtime == "docker":
+            from .docker_runtime import remove_node
+
+            await remove_node(self.node_name)

@@ -223,9 +223,14 @@ def _decide(step: _Step, name: str, spec: Mapping[str, Any], generation: int | N
         elif gated:
             detail = f"; {_gated_message(gated)}"
         else:
-            detail = f" ({waiting[0].name}: {waiting[0].reason})" if waiting else ""
+            detail = f" ({_waiting_message(waiting[0])})" if waiting else ""
         step.status["message"] = f"{active} of {num_nodes} worker(s) running{_attempt_note(spec, step.status)}{detail}"
     return Plan(step.status, wake_at=wake_at)
+
+
+def _waiting_message(pod: PodView) -> str:
+    """`pets-0: ErrImageNeverPull: Container image "x" is not present ...`: why a pod's container waits."""
+    return ": ".join(part for part in (pod.name, pod.reason, pod.message) if part)
 
 
 def _attempt_note(spec: Mapping[str, Any], status: Mapping[str, Any]) -> str:

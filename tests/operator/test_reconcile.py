@@ -61,6 +61,14 @@ def test_partly_running_is_pending_with_the_waiting_reason(spec):
     assert plan.status["phase"] == "Pending" and "ErrImagePull" in plan.status["message"]
 
 
+def test_the_waiting_message_says_why_the_container_cannot_start(spec):
+    refused = "container has runAsNonRoot and image will run as root (pod: ..., container: trainer)"
+    waiting = [pods("Running")[0], PodView("pets-1", "u", 1, 0, "Pending", reason="CreateContainerConfigError",
+                                           message=refused)]
+    plan = step(spec, step(spec).status, waiting)
+    assert plan.status["message"] == f"1 of 2 worker(s) running (pets-1: CreateContainerConfigError: {refused})"
+
+
 def test_success_waits_for_the_log_then_finishes(spec):
     running = step(spec, step(spec).status, pods("Running", "Running")).status
     waiting = step(spec, running, pods("Succeeded", "Succeeded"), drained=False)
