@@ -102,7 +102,7 @@ def _client_env(pod_env: dict[str, str]) -> dict[str, str]:
 class DockerContainerRun(ContainerRun):
     """One container of a pod as a docker container: created, started attached (its log), inspected, removed."""
 
-    def __init__(self, worker: "DockerPodWorker", spec: dict[str, Any], init: bool = False):
+    def __init__(self, worker: DockerPodWorker, spec: dict[str, Any], init: bool = False):
         super().__init__(worker, spec, init)
         self.container_id: str | None = None
         self.attached: asyncio.subprocess.Process | None = None

@@ -5,13 +5,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from pets_localkube import LocalCluster
+
 from tests.e2e.conftest import REPO, Api, OperatorProcess, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from containers import unavailable  # noqa: E402
+from containers import unavailable
 
 
 @pytest.fixture(scope="session")

@@ -103,3 +103,14 @@ def test_run_as_non_root_refuses_an_image_that_runs_as_root(api, root_image, wai
     wait_for("as-user succeeded", lambda: api.core.read_namespaced_pod("as-user", "default").status.phase
              == "Succeeded", 60)
     assert api.core.read_namespaced_pod_log("as-user", "default").strip() == "4321"
+
+
+def test_the_operator_s_pinned_user_runs_even_a_root_image_as_non_root(api, root_image, operator_process, wait_for):
+    """The operator's pods carry runAsNonRoot *with* a runAsUser/runAsGroup (builders.RUN_AS_USER), so the kubelet's refusal
+    (the raw pod above) cannot hit them: a trainer image whose USER is root still runs, as that uid."""
+    operator = operator_process()
+    api.create_job("rooted-job", {**tiny_job(epochs=1), "image": root_image})
+    status = wait_for("the job to finish", lambda: finished(api, "rooted-job"), 300, operator.logs)
+    assert status["phase"] == "Succeeded", status.get("message")
+    context = api.core.read_namespaced_pod("rooted-job-0", "default").spec.security_context
+    assert context.run_as_non_root and context.run_as_user not in (None, 0), context

@@ -4,9 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pets_localkube.docker_args import (ContainerConfigError, create_args, dns_aliases, is_root_user,
-                                        non_root_problem)
+from pets_localkube.docker_args import (
+    ContainerConfigError,
+    create_args,
+    dns_aliases,
+    is_root_user,
+    non_root_problem,
+)
 
 VOLUMES = {"data": Path("/w/pvc/data"), "tmp": Path("/w/pod/volumes/tmp"), "cfg": Path("/w/pod/volumes/cfg")}
 
