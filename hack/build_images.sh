@@ -141,7 +141,19 @@ trap cleanup EXIT
 serve() {
   local dir=$1 port
   [ -d "$dir/simple" ] || die "--serve-index $dir has no simple/ directory"
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # The same port each run when it is free: the index URL is a build argument, and a new value
+  # would invalidate docker's layer cache of every pip install after it.
+  port=$(python3 - "$((38400 + ${#SERVER_PIDS[@]}))" <<'PY'
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server binds it
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+PY
+)
   python3 -m http.server "$port" --bind 127.0.0.1 --directory "$dir" >/dev/null 2>&1 &
   SERVER_PIDS+=($!)
   for _ in $(seq 50); do
@@ -149,6 +161,7 @@ serve() {
     sleep 0.1
   done
   EXTRA_INDEX_URLS+=("http://127.0.0.1:$port/simple")
+  step "serving $dir at http://127.0.0.1:$port/simple"
 }
 for dir in ${SERVE_DIRS[@]+"${SERVE_DIRS[@]}"}; do serve "$dir"; done
 
