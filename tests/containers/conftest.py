@@ -1,4 +1,8 @@
-"""The e2e stack with the docker runtime: a LocalCluster whose kubelet runs containers from images."""
+"""The e2e stack with the docker runtime: a LocalCluster whose kubelet runs containers from images.
+
+Only `cluster` differs from tests/e2e's stack; the other fixtures (api, operator_process, wait_for)
+and the report hook are tests/e2e/conftest.py's, imported here so they use this `cluster`.
+"""
 from __future__ import annotations
 
 import sys
@@ -7,11 +11,12 @@ from pathlib import Path
 import pytest
 from pets_localkube import LocalCluster
 
-from tests.e2e.conftest import REPO, Api, OperatorProcess, wait_for
+from tests.e2e.conftest import (REPO, api, operator_process, pytest_runtest_makereport,  # noqa: F401
+                                wait_for_fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
-from containers import unavailable
+from containers import unavailable  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -26,39 +31,3 @@ def cluster(engine, tmp_path):
     with LocalCluster(workdir=tmp_path / "cluster", cpu=4, memory="16Gi", crds=[REPO / "manifests" / "crd.yaml"],
                       runtime="docker") as running:
         yield running
-
-
-@pytest.fixture
-def api(cluster) -> Api:
-    return Api(cluster.kubeconfig)
-
-
-@pytest.fixture(name="wait_for")
-def wait_for_fixture():
-    return wait_for
-
-
-@pytest.fixture
-def operator_process(cluster, tmp_path, request):
-    started: list[OperatorProcess] = []
-
-    def start(extra_env: dict[str, str] | None = None) -> OperatorProcess:
-        log_dir = tmp_path / f"operator-{len(started)}"
-        log_dir.mkdir()
-        process = OperatorProcess(cluster.kubeconfig, log_dir, extra_env or {}).start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
-    if request.node.rep_call.failed if hasattr(request.node, "rep_call") else False:
-        for process in started:
-            print(process.logs()[-6000:])
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    setattr(item, f"rep_{report.when}", report)
