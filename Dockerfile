@@ -11,10 +11,12 @@ RUN python -m venv /opt/venv
 WORKDIR /src
 # README.m[d]: copied when present (the package metadata reads it).
 COPY pyproject.toml README.m[d] ./
-# The operator package only: not the local cluster (operator/pets_localkube/, the demo and the
-# tests' emulated API server) and not the trainer; package discovery installs what is copied.
+# The controller and the API package it shares with the trainer: not the SDK, not the local
+# cluster (operator/pets_localkube/, the demo and the tests' emulated API server) and not the
+# trainer; package discovery installs what is copied.
+COPY operator/pets_api/ operator/pets_api/
 COPY operator/pets_operator/ operator/pets_operator/
-# What the package's manifests/ links point to (the CRD and the sample job, read as package data).
+# What pets_api's manifests/ links point to (the CRD and the sample job, read as package data).
 COPY manifests/crd.yaml manifests/job.yaml manifests/
 RUN /opt/venv/bin/pip install '.[operator]'
 

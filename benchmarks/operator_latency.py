@@ -35,7 +35,7 @@ from pathlib import Path
 
 import kubernetes
 
-from pets_operator import GROUP, PLURAL, VERSION
+from pets_api import GROUP, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 STAND_IN = textwrap.dedent("""

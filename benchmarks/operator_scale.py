@@ -51,7 +51,7 @@ from pathlib import Path
 import yaml
 
 from pets_localkube import logs as log_files
-from pets_operator import GROUP, PLURAL, VERSION, metric_lines
+from pets_api import GROUP, PLURAL, VERSION, metric_lines
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "default"

@@ -1,5 +1,5 @@
 """The parts of docs/ARCHITECTURE.md made from the code, each between its markers: the pod
-contract (from `pets_operator/contract.py` and the CRD) and the module map (each module's one job,
+contract (from `pets_api/contract.py` and the CRD) and the module map (each module's one job,
 the first line of its docstring).
 
     python hack/generated_docs.py --write   # regenerate after changing the contract, the CRD or a module
@@ -12,12 +12,12 @@ import ast
 import sys
 from pathlib import Path
 
-from pets_operator import contract
+from pets_api import contract
 from pets_trainer.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "ARCHITECTURE.md"
-PACKAGES = ("operator/pets_operator", "operator/pets_localkube", "trainer_image/pets_trainer")
+PACKAGES = ("operator/pets_api", "operator/pets_operator", "operator/pets_client", "operator/pets_localkube", "trainer_image/pets_trainer")
 DERIVED_FROM = {
     "MASTER_ADDR": "`<job>-0.<job>-workers.<namespace>.svc`",
     "MACHINE_RANK": "the pod's index",

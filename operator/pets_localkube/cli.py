@@ -12,7 +12,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from pets_operator import packaged
+from pets_api import packaged
 
 from .cluster import LocalCluster
 

@@ -44,7 +44,7 @@ class LocalCluster:
         with LocalCluster(workdir=tmp, cpu=2, crds=[Path("manifests/crd.yaml")]) as cluster:
             subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "get", "pods"])
 
-    `crds` are manifest files or CRD objects (e.g. `pets_operator.packaged.crd()`), applied at start.
+    `crds` are manifest files or CRD objects (e.g. `pets_api.packaged.crd()`), applied at start.
     A deleted pod's directory and logs are removed, as on a node; `keep_logs=True` keeps the logs
     (`<workdir>/logs/<namespace>_<pod>_<uid>/`). Stopping the cluster leaves every file in place.
     `gang_scheduler` (e.g. "scheduler-plugins-scheduler"): the scheduler also serves pods of that

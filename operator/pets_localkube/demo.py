@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 import yaml
 
-from pets_operator import GROUP, PLURAL, VERSION, packaged
-from pets_operator.status import FINAL_PHASES, SUCCEEDED
+from pets_api import GROUP, PLURAL, VERSION, packaged
+from pets_api.phases import FINAL_PHASES, SUCCEEDED
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pets_operator.quantities import parse_quantity
+from pets_api.quantities import parse_quantity
 
 from .environment import expand
 

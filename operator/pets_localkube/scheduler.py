@@ -15,7 +15,7 @@ import logging
 from decimal import Decimal
 from typing import Any
 
-from pets_operator.quantities import parse_quantity
+from pets_api.quantities import parse_quantity
 
 from . import gang
 from .client import ApiStatusError, Client

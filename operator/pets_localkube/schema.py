@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import jsonschema
 
 # Defaulting as the API server does it: one implementation, shared with the operator's spec.
-from pets_operator.contract import apply_schema_defaults as apply_defaults
+from pets_api.contract import apply_schema_defaults as apply_defaults
 
 from . import celrules
 

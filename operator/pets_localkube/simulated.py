@@ -17,7 +17,7 @@ every key optional: `epochSeconds` (1) between epoch lines, `epochs` (the pod's 
 `startSeconds` (0) Pending before Running, `accuracy` per epoch (a list, its last value repeated; by
 default a rising curve), `exitCode` (0) at the end, `failAfterEpoch` (none) ends the container after
 that epoch with `exitCode` (1 when it is 0). The node's rank 0 (`MACHINE_RANK`, `JOB_COMPLETION_INDEX`
-or the completion-index annotation) prints the trainer's metric lines (`pets_operator.metric_lines`):
+or the completion-index annotation) prints the trainer's metric lines (`pets_api.metric_lines`):
 one epoch line per epoch, then the done line; every rank prints one text line at its start.
 
 Not simulated: volumes (nothing is mounted, so no FailedMount), restarts (`restartPolicy` other than
@@ -31,8 +31,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from pets_operator import metric_lines
-from pets_operator.names import ANNOTATION_COMPLETION_INDEX
+from pets_api import metric_lines
+from pets_api.k8s_names import ANNOTATION_COMPLETION_INDEX
 
 from . import logs
 from .events import WARNING

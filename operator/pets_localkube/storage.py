@@ -11,7 +11,7 @@ import random
 import uuid
 from typing import Any, Callable
 
-from pets_operator.names import (DNS1035_LABEL_MAX, DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, is_dns1035_label,
+from pets_api.k8s_names import (DNS1035_LABEL_MAX, DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, is_dns1035_label,
                                   is_dns1123_label, is_dns1123_subdomain)
 
 from . import errors
@@ -29,7 +29,7 @@ SECRET_KEY = ("", "secrets")
 POD_SUCCEEDED, POD_FAILED = "Succeeded", "Failed"
 TERMINAL_POD_PHASES = (POD_SUCCEEDED, POD_FAILED)
 # Which Kubernetes name rule an object's name must follow (apimachinery's messages); the rules
-# themselves are `pets_operator.names`, the same ones the operator checks job names with.
+# themselves are `pets_api.names`, the same ones the operator checks job names with.
 _NAME_RULES: dict[tuple[str, str], tuple[Callable[[str], bool], int, str]] = {
     NAMESPACE_KEY: (is_dns1123_label, DNS1123_LABEL_MAX,
                     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "

@@ -1,7 +1,4 @@
-"""pets-operator: turns a PetsTrainingJob into a multi-node Accelerate training run."""
+"""pets-operator: the controller that turns a PetsTrainingJob into a multi-node Accelerate training run.
 
-GROUP = "training.pets.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "PetsTrainingJob"
-PLURAL = "petstrainingjobs"
+The API it serves (group, version, kind, the pod contract) is `pets_api`.
+"""

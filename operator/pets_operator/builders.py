@@ -11,10 +11,12 @@ import posixpath
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
-from pets_operator import API_VERSION, KIND
+from pets_api import API_VERSION, KIND
 
-from . import contract, names
-from .quantities import parse_quantity
+from pets_api import contract, names
+from pets_api.ownership import owner_reference
+from pets_api.quantities import parse_quantity
+
 from .spec import CACHE_MOUNT_PATH, FUNCTION_MOUNT_PATH, HOME_MOUNT_PATH, TMP_MOUNT_PATH, data_mount_path
 from .validation import DATA_SOURCES
 
@@ -26,12 +28,6 @@ SHM_MOUNT_PATH = "/dev/shm"
 # FallbackToLogsOnError gives the log's tail when it did not (a crash, a kill).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
-
-
-def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
-    meta = job["metadata"]
-    return {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
-            "controller": True, "blockOwnerDeletion": True}
 
 
 def owned_metadata(job: Mapping[str, Any], object_name: str) -> dict[str, Any]:

@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping
 
-from .contract import TRAINER_COMMAND
-from .names import DEFAULT_GANG_SCHEDULER_NAMES, is_dns1123_subdomain
+from pets_api.contract import TRAINER_COMMAND
+from pets_api.names import DEFAULT_GANG_SCHEDULER_NAMES, is_dns1123_subdomain
 
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080

@@ -23,7 +23,7 @@ import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .initialization import Initialization, fold, is_init_event
-from .metric_lines import parse_progress_lines
+from pets_api.metric_lines import parse_progress_lines, split_lines
 from .metrics import epoch_entry, epoch_status, merge_epochs
 from .status import FINAL_PHASES
 
@@ -110,18 +110,6 @@ class EpochBook:
         """The epoch fields of the status as the book has them (for a status that disagrees, e.g. over the limit)."""
         with self._lock:
             return epoch_fields(self._epochs)
-
-
-def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:
-    """Complete text lines of a byte stream; a last line without newline is yielded at the end."""
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            yield line.decode("utf-8", errors="replace")
-    if pending:
-        yield pending.decode("utf-8", errors="replace")
 
 
 def _chunks(response) -> Iterator[bytes]:

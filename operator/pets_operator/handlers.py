@@ -20,9 +20,11 @@ from typing import Any
 
 import kopf
 
-from pets_operator import GROUP, PLURAL, VERSION
+from pets_api import GROUP, PLURAL, VERSION
 
-from . import names, prometheus
+from pets_api import names
+
+from . import prometheus
 from .config import from_environ
 from .kube import Kube, KubeError, load_api_client
 from .logstreams import LogStreams

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from . import builders, contract
-from .metric_lines import EVENT, INIT, INITIALIZED
+from pets_api import contract
+
+from . import builders
+from pets_api.metric_lines import EVENT, INIT, INITIALIZED
 
 DOWNLOADING = "Downloading"
 DOWNLOADED = "Downloaded"

@@ -14,11 +14,11 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from pets_operator import GROUP, PLURAL, VERSION
+from pets_api import GROUP, PLURAL, VERSION
+from pets_api.connection import CONNECTION_POOL_SIZE, kubeconfig_path, load_api_client  # noqa: F401
 
 from .refusals import ApiFailure
 
-CONNECTION_POOL_SIZE = 128  # one streaming log connection per followed job, plus the calls
 # (connect, read) seconds for every call but the followed log: a silent API server fails the call, never hangs the job.
 REQUEST_TIMEOUT = (10, 30)
 T = TypeVar("T")
@@ -60,35 +60,6 @@ def _calling(call: Callable[[], T]) -> T:
         if failure is None:
             raise
         raise KubeError(failure) from None
-
-
-def load_api_client() -> kubernetes.client.ApiClient:
-    """An API client for the cluster: the pod's service account, else KUBECONFIG / ~/.kube/config.
-
-    The one way both the operator and the notebook client connect, in the order kopf logs in
-    (`kopf`'s `login_via_client`: in-cluster first, then the kubeconfig), so the operator's own
-    calls always reach the cluster kopf watches, even in a pod that also has a kubeconfig. Outside
-    a pod there is no service account and the kubeconfig is what kubectl would use: every file in
-    KUBECONFIG (read now: the kubernetes package freezes it at import), else ~/.kube/config.
-    Raises `kubernetes.config.ConfigException` when neither is there.
-    """
-    configuration = kubernetes.client.Configuration()
-    try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
-    except kubernetes.config.ConfigException as not_in_cluster:
-        try:
-            kubernetes.config.load_kube_config(config_file=kubeconfig_path(), client_configuration=configuration)
-        except (kubernetes.config.ConfigException, OSError) as no_kubeconfig:
-            raise kubernetes.config.ConfigException(
-                f"not in a pod with a service account ({not_in_cluster}), and no usable kubeconfig "
-                f"({no_kubeconfig})") from None
-    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return kubernetes.client.ApiClient(configuration)
-
-
-def kubeconfig_path() -> str:
-    """KUBECONFIG (one file or several, joined by os.pathsep) or ~/.kube/config, read at each call."""
-    return os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
 
 
 class Kube:

@@ -30,7 +30,7 @@ import aiohttp
 
 from .follower import MAX_FAILURES, RETRY_SECONDS, EpochBook
 from .initialization import is_init_event
-from .metric_lines import parse_line, parse_progress_line
+from pets_api.metric_lines import LineSplitter, parse_line, parse_progress_line
 
 INIT_MARK = '"init'  # in every `init` / `initialized` line (json.dumps writes `"event": "init...`)
 from .metrics import epoch_entry
@@ -77,22 +77,6 @@ def split_timestamp(line: str) -> tuple[float | None, str]:
     stamp, space, text = line.partition(" ")
     moment = parse_timestamp(stamp) if space else None
     return (moment, text) if moment is not None else (None, line)
-
-
-class LineSplitter:
-    """Complete text lines of a byte stream fed in chunks; `rest()` is the last line without its newline."""
-
-    def __init__(self) -> None:
-        self._pending = b""
-
-    def feed(self, chunk: bytes) -> list[str]:
-        self._pending += chunk
-        *lines, self._pending = self._pending.split(b"\n")
-        return [line.decode("utf-8", errors="replace") for line in lines]
-
-    def rest(self) -> list[str]:
-        pending, self._pending = self._pending, b""
-        return [pending.decode("utf-8", errors="replace")] if pending else []
 
 
 def epoch_batches(lines: Iterable[str]) -> list[tuple[list[dict[str, Any]], list[float | None], bool]]:

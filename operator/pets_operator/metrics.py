@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-from .metric_lines import EPOCH, EVENT, PRINTED, parse_progress_lines
+from pets_api.metric_lines import EPOCH, EVENT, PRINTED, parse_progress_lines
 
 
 def _number(value: Any) -> float | None:

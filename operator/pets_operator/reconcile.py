@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping
 
-from . import names
+from pets_api import names
+
 from .initialization import DOWNLOADED, DOWNLOADING, Initialization, needs_initialization
 from .refusals import QUOTA, REFUSED, CreateFailure
 from .status import (FAILED, FINAL_PHASES, PENDING, RUNNING, SUCCEEDED, SUSPENDED, PodView, parse_timestamp,

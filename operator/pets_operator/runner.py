@@ -25,7 +25,9 @@ from concurrent.futures import Executor
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Mapping
 
-from . import builders, contract
+from pets_api import contract
+
+from . import builders
 from .config import OperatorConfig
 from .follower import EPOCH_FIELDS, EpochBook, PodLogFollower
 from .expectations import Expectations

@@ -10,15 +10,15 @@ from __future__ import annotations
 import copy
 from typing import Any, Mapping
 
-from .contract import apply_schema_defaults, spec_schema
+from pets_api.contract import apply_schema_defaults, schema_default, spec_schema
 
 # Where the data volume is mounted in every trainer container unless data.mountPath says otherwise (the
 # CRD's default of data.mountPath); DATA_DIR is the mount plus data.path.
-DATA_MOUNT_PATH = spec_schema()["properties"]["data"]["properties"]["mountPath"]["default"]
+DATA_MOUNT_PATH = schema_default("data.mountPath")
 
 # Where the cache volume (downloads: data.download, data.oxfordPets, Hub weights) is mounted unless
 # cache.path says otherwise (the CRD's default).
-CACHE_MOUNT_PATH = spec_schema()["properties"]["cache"]["properties"]["path"]["default"]
+CACHE_MOUNT_PATH = schema_default("cache.path")
 
 # Where a shipped function's ConfigMap (spec.function) is mounted; FUNCTION_FILE is this plus function.key.
 FUNCTION_MOUNT_PATH = "/var/run/pets-function"

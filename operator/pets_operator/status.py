@@ -6,21 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
-from . import names
+from pets_api import names
+from pets_api.phases import FAILED, FAILURE_REASONS, FINAL_PHASES, PENDING, PHASES, RUNNING, SUCCEEDED, SUSPENDED  # noqa: F401
 
-PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
-SUSPENDED = "Suspended"  # a job's phase only (spec.suspend): its pods are deleted until it is resumed
-PHASES = (PENDING, RUNNING, SUSPENDED, SUCCEEDED, FAILED)  # a job's status.phase (the CRD's enum)
-FINAL_PHASES = (SUCCEEDED, FAILED)  # a job, and a pod, in one of these never changes phase again
 # The PodScheduled=False reason of a pod that still has scheduling gates (the API server sets it).
 SCHEDULING_GATED = "SchedulingGated"
 # Pod conditions that say why a pod is being deleted: Kubernetes' DisruptionTarget (preemption,
 # eviction, ...) and the one Kueue sets on the pods of a workload it stops.
 DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
-# Causes that name what went wrong before training: `<Reason>: ...` as the trainer's error line starts
-# (pets_trainer.fetch.DataUnavailable, pets_trainer.hub.ModelUnavailable, pets_trainer.function's
-# IncompatibleFunction); a job that fails with one has it as its Failed condition's reason.
-FAILURE_REASONS = ("DataUnavailable", "ModelUnavailable", "IncompatibleFunction")
 MAX_CAUSE_LENGTH = 400  # of a worker's failure cause in the job's message
 # The trainer's one-line errors (`error: ...`), also behind Accelerate's `[rank0]:` prefix in a log tail.
 _ERROR_LINE = re.compile(r"(?:^|\]:\s*)error:\s*(\S.*)$")

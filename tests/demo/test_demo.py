@@ -27,7 +27,7 @@ def test_an_override_without_a_value_is_refused():
 
 def test_the_defaults_are_the_packaged_sample_job_and_crd():
     """From the package (importlib.resources), so an installed wheel finds them too; --job/--crd override."""
-    from pets_operator import packaged
+    from pets_api import packaged
 
     args = demo.parse_args([])
     assert args.job is None and args.crd is None

@@ -7,8 +7,8 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from pets_operator import client as pets_client
-from pets_operator.client import JobFailed, PetsClientError, PetsTrainingJobClient
+from pets_client import client as pets_client
+from pets_client.client import JobFailed, PetsClientError, PetsTrainingJobClient
 
 GVP = ("training.pets.dev", "v1alpha1")
 
@@ -192,7 +192,7 @@ def _service_account(tmp_path, monkeypatch) -> None:
 
 
 def test_one_loader_outside_a_pod_reads_kubeconfig_at_call_time(tmp_path, monkeypatch):
-    from pets_operator.kube import CONNECTION_POOL_SIZE, load_api_client
+    from pets_api.connection import CONNECTION_POOL_SIZE, load_api_client
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path / "config", "https://from-kubeconfig:6443"))
@@ -205,7 +205,7 @@ def test_one_loader_outside_a_pod_reads_kubeconfig_at_call_time(tmp_path, monkey
 
 
 def test_one_loader_in_a_pod_prefers_the_service_account_as_kopf_does(tmp_path, monkeypatch):
-    from pets_operator.kube import load_api_client
+    from pets_api.connection import load_api_client
 
     monkeypatch.setenv("KUBECONFIG", _kubeconfig(tmp_path / "config", "https://from-kubeconfig:6443"))
     _service_account(tmp_path, monkeypatch)

@@ -12,7 +12,7 @@ import chart  # hack/chart.py
 
 OPERATOR_DOCKERFILE = chart.REPO_ROOT / "Dockerfile"
 TRAINER_DOCKERFILE = chart.REPO_ROOT / "trainer_image" / "Dockerfile"
-PACKAGE_MANIFESTS = chart.REPO_ROOT / "operator" / "pets_operator" / "manifests"
+PACKAGE_MANIFESTS = chart.REPO_ROOT / "operator" / "pets_api" / "manifests"
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -59,19 +59,19 @@ def copied_sources(steps: list[tuple[str, str]]) -> list[str]:
 
 
 def package_link_targets() -> set[str]:
-    """What operator/pets_operator/manifests/ links to: the build context must hold these files
+    """What operator/pets_api/manifests/ links to: the build context must hold these files
     for the wheel to carry them (a COPY of the package copies the links, not their targets)."""
     links = [path for path in PACKAGE_MANIFESTS.iterdir() if path.is_symlink()]
     return {path.resolve().relative_to(chart.REPO_ROOT).as_posix() for path in links}
 
 
-def assert_ships_the_operator_package_not_the_local_cluster(path: Path) -> list[str]:
+def assert_ships_the_api_package_not_the_local_cluster(path: Path) -> list[str]:
     sources = copied_sources(instructions(path))
-    assert "operator/pets_operator/" in sources, f"{path.name}: does not copy the pets_operator package"
-    wholesale = [s for s in sources if s.rstrip("/") in (".", "operator") or "pets_localkube" in s]
-    assert not wholesale, f"{path.name}: copies the local cluster (operator/pets_localkube/) with {wholesale}"
+    assert "operator/pets_api/" in sources, f"{path.name}: does not copy the pets_api package"
+    wholesale = [s for s in sources if s.rstrip("/") in (".", "operator") or "pets_localkube" in s or "pets_client" in s]
+    assert not wholesale, f"{path.name}: copies the local cluster or the SDK with {wholesale}"
     missing = package_link_targets() - set(sources)
-    assert not missing, f"{path.name}: pets_operator/manifests/ links to {sorted(missing)}, which it does not copy"
+    assert not missing, f"{path.name}: pets_api/manifests/ links to {sorted(missing)}, which it does not copy"
     return sources
 
 
@@ -103,8 +103,9 @@ def test_operator_image_is_slim_pinned_non_root_and_without_torch():
 
 
 def test_operator_image_ships_only_the_operator_package():
-    sources = assert_ships_the_operator_package_not_the_local_cluster(OPERATOR_DOCKERFILE)
-    assert sorted(sources) == sorted(["pyproject.toml", "README.m[d]", "operator/pets_operator/", *package_link_targets()])
+    sources = assert_ships_the_api_package_not_the_local_cluster(OPERATOR_DOCKERFILE)
+    assert sorted(sources) == sorted(["pyproject.toml", "README.m[d]", "operator/pets_api/", "operator/pets_operator/",
+                                      *package_link_targets()])
 
 
 def test_the_operator_package_runs_without_the_local_cluster():
@@ -146,9 +147,10 @@ def test_trainer_image_is_pinned_and_non_root():
     assert json.loads(cmd) == ["pets-train"]
 
 
-def test_trainer_image_ships_the_contract_package_but_not_the_local_cluster():
-    sources = assert_ships_the_operator_package_not_the_local_cluster(TRAINER_DOCKERFILE)
+def test_trainer_image_ships_the_api_package_but_not_the_controller():
+    sources = assert_ships_the_api_package_not_the_local_cluster(TRAINER_DOCKERFILE)
     assert "trainer_image/" in sources or "trainer_image/pets_trainer/" in sources
+    assert not [s for s in sources if "pets_operator" in s], f"the trainer image copies the controller: {sources}"
 
 
 def test_trainer_image_user_is_the_uid_the_operator_runs_pods_as():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import yaml
 from kopf._cogs.structs import references as kopf_references
 
-from pets_operator import names
+from pets_api import names
 from tests.support import chart
 from tests.support.kube_schemas import crd_schemas, problems
 
@@ -65,7 +65,7 @@ def test_sample_job_is_a_valid_two_node_cpu_job():
 
 
 def test_the_gpu_example_is_the_tutorial_s_recipe_and_valid():
-    from pets_operator.contract import RESERVED_ENV
+    from pets_api.contract import RESERVED_ENV
     from pets_operator.spec import with_defaults
     from pets_operator.validation import spec_problems
 

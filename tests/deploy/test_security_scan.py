@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 import checkov_tool  # hack/checkov_tool.py (hack/ is on sys.path: tests/conftest.py)
-from pets_operator import builders, packaged
+from pets_api import packaged
+from pets_operator import builders
 from pets_operator.spec import with_defaults
 from tests.support import chart
 

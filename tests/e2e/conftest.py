@@ -14,7 +14,7 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from pets_operator import GROUP, PLURAL, VERSION
+from pets_api import GROUP, PLURAL, VERSION
 from pets_localkube import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]

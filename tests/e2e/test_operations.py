@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pets_operator import GROUP, PLURAL, VERSION
+from pets_api import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.e2e
 REPO_MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"

@@ -10,8 +10,8 @@ import pytest
 
 from pets_localkube import LocalCluster
 from pets_localkube.gang import DEFAULT_GANG_SCHEDULER
-from pets_operator import GROUP, PLURAL, VERSION
-from pets_operator.metric_lines import parse_lines
+from pets_api import GROUP, PLURAL, VERSION
+from pets_api.metric_lines import parse_lines
 from tests.e2e.faults import FaultProxy
 from tests.e2e.kueue_stand_in import FINALIZER, GATE, KueueStandIn
 

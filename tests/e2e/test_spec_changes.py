@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pets_operator import GROUP, VERSION
+from pets_api import GROUP, VERSION
 
 pytestmark = pytest.mark.e2e
 

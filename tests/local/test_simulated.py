@@ -11,7 +11,7 @@ from kubernetes import client
 from pets_localkube import LocalCluster
 from pets_localkube.simulated import (ANNOTATION, ENV, Schedule, ScheduleError, log_plan, parse_schedule, rank_of,
                                       requested, schedule_of)
-from pets_operator import metric_lines
+from pets_api import metric_lines
 
 from .helpers import api_client, pod_phase, python_pod, wait_for
 

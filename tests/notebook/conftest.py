@@ -40,6 +40,6 @@ def notebook_cluster(tmp_path, monkeypatch):
 
 @pytest.fixture
 def client(notebook_cluster):
-    from pets_operator.client import PetsTrainingJobClient
+    from pets_client.client import PetsTrainingJobClient
 
     return PetsTrainingJobClient()

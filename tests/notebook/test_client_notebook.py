@@ -8,8 +8,8 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from pets_operator import progress
-from pets_operator.client import JobFailed, PetsClientError, PetsTrainingJobClient, job_manifest
+from pets_client import progress
+from pets_client.client import JobFailed, PetsClientError, PetsTrainingJobClient, job_manifest
 
 GVP = ("training.pets.dev", "v1alpha1")
 

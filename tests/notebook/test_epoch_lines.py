@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pets_operator import metric_lines
+from pets_api import metric_lines
 from pets_operator.follower import EpochBook, PodLogFollower
 from pets_operator.metrics import epoch_entries, epoch_status, merge_epochs
 

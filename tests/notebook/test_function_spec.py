@@ -10,7 +10,8 @@ import time
 import kubernetes_validate
 import pytest
 
-from pets_operator import builders, contract
+from pets_api import contract
+from pets_operator import builders
 from pets_operator.spec import with_defaults
 from pets_operator.validation import spec_problems
 

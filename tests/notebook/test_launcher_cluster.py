@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from pets_operator import function_payload
-from pets_operator.client import JobFailed, PetsClientError
-from pets_operator.notebook import cluster_launcher
+from pets_api import function_payload
+from pets_client.client import JobFailed, PetsClientError
+from pets_client.launcher import cluster_launcher
 
 pytestmark = [pytest.mark.e2e]
 

@@ -11,8 +11,8 @@ import warnings
 
 import pytest
 
-from pets_operator import function_payload
-from pets_operator.notebook import (FUNCTION_KEY, LaunchRefused, UnmountedPathWarning, build_payload,
+from pets_api import function_payload
+from pets_client.launcher import (FUNCTION_KEY, LaunchRefused, UnmountedPathWarning, build_payload,
                                     cluster_launcher, config_map_body, default_job_name, launch_spec, path_warnings,
                                     shipped_values)
 
@@ -83,7 +83,7 @@ def test_the_function_travels_with_what_it_uses_from_its_module():
     assert header["python"] == function_payload.local_versions()["python"]
     assert set(header["packages"]) == {"cloudpickle", "torch", "accelerate", "timm"}
     # A fresh interpreter without this test module rebuilds it all by value and calls it.
-    probe = ("import pickle, sys; from pets_operator import function_payload; "
+    probe = ("import pickle, sys; from pets_api import function_payload; "
              "header, body = function_payload.unpack(sys.stdin.buffer.read()); function, args = pickle.loads(body); "
              "print(function(*args))")
     result = subprocess.run([sys.executable, "-c", probe], input=data, capture_output=True, check=True)

@@ -1,7 +1,8 @@
 import kubernetes_validate
 import pytest
 
-from pets_operator import builders, contract, names
+from pets_api import contract, names
+from pets_operator import builders
 from pets_operator.spec import with_defaults
 
 

@@ -3,7 +3,7 @@ import logging
 import pytest
 
 from pets_operator.config import ConfigError, from_environ
-from pets_operator.main import kopf_run_options
+from pets_operator.run import kopf_run_options
 
 
 def test_defaults_are_cluster_wide_standalone():
@@ -45,7 +45,7 @@ def test_bad_configuration_names_the_variable(env, word):
 
 
 def test_run_reports_bad_configuration_without_traceback(monkeypatch, capsys):
-    from pets_operator.main import main
+    from pets_operator.run import main
     monkeypatch.setenv("PETS_OPERATOR_LOG_LEVEL", "loud")
     assert main([]) == 2
     assert capsys.readouterr().err.startswith("error: PETS_OPERATOR_LOG_LEVEL")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pets_operator import builders, contract, packaged
+from pets_api import contract, packaged
+from pets_operator import builders
 from pets_operator.spec import with_defaults
 from pets_trainer.config import TrainConfig
 from pets_trainer.launch import LAUNCH_OPTIONS, TRAIN_OPTIONS, build_parser, make_plan, make_train_config, resolve_options

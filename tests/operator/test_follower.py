@@ -1,6 +1,7 @@
 import json
 
-from pets_operator.follower import EpochBook, PodLogFollower, split_lines
+from pets_api.metric_lines import split_lines
+from pets_operator.follower import EpochBook, PodLogFollower
 
 
 def epoch_line(epoch, accuracy):
@@ -145,7 +146,7 @@ def test_follower_passes_its_attempt_and_resumed_lines_to_the_book():
 
 def test_the_book_keeps_the_current_attempt_s_download_progress():
     from pets_operator.follower import EpochBook
-    from pets_operator.metric_lines import init_event, initialized_event
+    from pets_api.metric_lines import init_event, initialized_event
 
     book = EpochBook([], publish=lambda fields: None, attempt=1)
     book.note_init(init_event("data", "http://h/a.tgz", 5, 10), attempt=0)  # an earlier group's line

@@ -15,7 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from pets_operator.follower import EpochBook
-from pets_operator.logstreams import LineSplitter, LogStreams, auth_headers, epoch_batches, parse_timestamp, split_timestamp
+from pets_api.metric_lines import LineSplitter
+from pets_operator.logstreams import LogStreams, auth_headers, epoch_batches, parse_timestamp, split_timestamp
 
 STAMP = "2026-01-01T00:00:00.500000000Z"
 

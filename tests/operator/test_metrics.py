@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from pets_operator import metric_lines
-from pets_operator.metric_lines import parse_line
+from pets_api import metric_lines
+from pets_api.metric_lines import parse_line
 from pets_operator.metrics import epoch_entries, epoch_status, merge_epochs
 
 

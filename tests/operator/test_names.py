@@ -1,4 +1,4 @@
-from pets_operator import names
+from pets_api import names
 
 
 def test_object_names_follow_the_contract():

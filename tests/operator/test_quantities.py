@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from pets_operator.quantities import parse_quantity
+from pets_api.quantities import parse_quantity
 
 
 @pytest.mark.parametrize("text, value", [

@@ -201,7 +201,7 @@ def test_a_failed_worker_s_cause_is_in_the_message_and_the_condition(spec):
 
 def test_a_job_with_downloads_is_pending_and_initializing_until_pod_0_has_them(spec):
     from pets_operator.initialization import Initialization, fold
-    from pets_operator.metric_lines import init_event, initialized_event
+    from pets_api.metric_lines import init_event, initialized_event
     from pets_operator.spec import with_defaults
 
     spec = with_defaults({**spec, "pretrained": True, "data": {"oxfordPets": {}, "path": "images"}}, "img")

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import kubernetes_validate
 import pytest
 
-from pets_operator import builders, names
+from pets_api import names
+from pets_operator import builders
 from pets_operator.reconcile import reconcile
 from pets_operator.spec import with_defaults
 from pets_operator.status import PodView

@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from pets_operator import names
+from pets_api import names
 from pets_operator.status import PodView, failure_cause, pod_view, set_condition, workers
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

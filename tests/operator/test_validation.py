@@ -1,6 +1,6 @@
 import pytest
 
-from pets_operator.contract import RESERVED_ENV
+from pets_api.contract import RESERVED_ENV
 from pets_operator.spec import with_defaults
 from pets_operator.validation import spec_problems
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from pets_operator.contract import RESUME_FROM_CHOICES
+from pets_api.contract import RESUME_FROM_CHOICES
 from pets_trainer.checkpoint import (ANY_JOB, FINISHED_MARKER, SAME_JOB, Owner, epoch_dir, ownership_problem,
                                      restore_checkpoint)
 from pets_trainer.errors import ConfigError

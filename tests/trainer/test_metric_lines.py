@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from pets_operator import metric_lines
+from pets_api import metric_lines
 from pets_operator.metrics import epoch_entries
 from pets_trainer.metrics import EpochResult, done_event, emit, parse_metric_lines
 
@@ -38,8 +38,8 @@ def test_what_the_trainer_prints_is_what_the_operator_takes():
 
 def test_the_shared_module_needs_only_the_standard_library():
     # The trainer image has the pets_operator source but not the operator's dependencies.
-    probe = ("import sys; before = set(sys.modules); import pets_operator.metric_lines; "
+    probe = ("import sys; before = set(sys.modules); import pets_api.metric_lines; "
              "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
-             "print(sorted(new - set(sys.stdlib_module_names) - {'pets_operator'}))")
+             "print(sorted(new - set(sys.stdlib_module_names) - {'pets_api'}))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

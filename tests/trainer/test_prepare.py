@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from pets_archive import pets_images, tar_gz_bytes  # noqa: E402
 
-from pets_operator import metric_lines  # noqa: E402
+from pets_api import metric_lines  # noqa: E402
 from pets_trainer.fetch import DataUnavailable  # noqa: E402
 from pets_trainer.prepare import Downloads, Reporter, prepare_downloads  # noqa: E402
 

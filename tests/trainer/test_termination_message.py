@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from pets_operator import contract
+from pets_api import contract
 from pets_trainer import worker
 from pets_trainer.errors import TERMINATION_MESSAGE_ENV, ConfigError, report_error, write_termination_message
 

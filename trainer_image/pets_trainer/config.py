@@ -1,7 +1,7 @@
 """The training parameters: the tutorial's values, plus the speed switches.
 
 The defaults of the parameters a PetsTrainingJob's spec sets (model, seed, batch size, ...) are
-the CRD's, read through the pod contract (`pets_operator.contract`); the others are set here.
+the CRD's, read through the pod contract (`pets_api.contract`); the others are set here.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from pets_operator.contract import MIXED_PRECISION_CHOICES, PIN_MEMORY_CHOICES, RESUME_FROM_CHOICES, option_defaults
+from pets_api.contract import MIXED_PRECISION_CHOICES, PIN_MEMORY_CHOICES, RESUME_FROM_CHOICES, option_defaults
 
 from .errors import ConfigError
 

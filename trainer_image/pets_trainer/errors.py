@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Mapping
 
-TERMINATION_MESSAGE_ENV = "TERMINATION_MESSAGE_PATH"  # the pod contract's name (pets_operator.contract)
+TERMINATION_MESSAGE_ENV = "TERMINATION_MESSAGE_PATH"  # the pod contract's name (pets_api.contract)
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
-from pets_operator.contract import OXFORD_PETS_MD5, OXFORD_PETS_URL  # noqa: F401 (data.oxfordPets: one source)
+from pets_api.contract import OXFORD_PETS_MD5, OXFORD_PETS_URL  # noqa: F401 (data.oxfordPets: one source)
 
 from .errors import TrainerError
 
@@ -47,7 +47,7 @@ Progress = Callable[[int, int | None], None]  # (bytes done, total or None)
 class DataUnavailable(TrainerError):
     """The archive cannot be had: the message names the URL and why."""
 
-    reason = "DataUnavailable"  # the job's failure reason (pets_operator.status.FAILURE_REASONS)
+    reason = "DataUnavailable"  # the job's failure reason (pets_api.phases.FAILURE_REASONS)
 
     def __init__(self, message: str):
         super().__init__(f"{self.reason}: {message}")

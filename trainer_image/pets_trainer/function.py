@@ -3,7 +3,7 @@
     python -m pets_trainer.function --payload /var/run/pets-function/function.pkl
 
 The payload is the notebook's own function and arguments, serialized by
-`pets_operator.notebook.cluster_launcher` (`pets_operator.function_payload`). Every process
+`pets_client.launcher.cluster_launcher` (`pets_api.function_payload`). Every process
 calls `function(*args)`, as `accelerate.notebook_launcher` does on one machine; the rendezvous
 (`accelerate launch` with the pod contract's environment) is the built-in recipe's.
 
@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from pets_operator import function_payload
+from pets_api import function_payload
 
 from .errors import ConfigError, TrainerError, report_error, write_termination_message
 

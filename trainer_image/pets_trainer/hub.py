@@ -24,7 +24,7 @@ PROGRESS_INTERVAL = 2.0
 class ModelUnavailable(TrainerError):
     """The weights cannot be had: the message names the repository or URL and why."""
 
-    reason = "ModelUnavailable"  # the job's failure reason (pets_operator.status.FAILURE_REASONS)
+    reason = "ModelUnavailable"  # the job's failure reason (pets_api.phases.FAILURE_REASONS)
 
     def __init__(self, message: str):
         super().__init__(f"{self.reason}: {message}")

@@ -4,7 +4,7 @@
 
 Flags override environment variables, which override the defaults: the CRD's for the options a
 PetsTrainingJob's spec sets, `TrainConfig`'s for the rest. The names of both come from the pod
-contract (`pets_operator.contract`), the same table the operator writes the pod's env from.
+contract (`pets_api.contract`), the same table the operator writes the pod's env from.
 With no rendezvous environment (NUM_MACHINES unset or 1) it runs on this machine only.
 This module imports no torch, so bad configuration or data is reported in well under a second.
 """
@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping
 
-from pets_operator import contract
+from pets_api import contract
 
 from .config import TrainConfig
 from .cpus import available_cpus

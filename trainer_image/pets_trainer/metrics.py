@@ -1,6 +1,6 @@
 """The metric lines the operator reads from pod 0's log: one JSON object per line, flushed at once.
 
-Their format, and which lines a reader takes for events, is `pets_operator.metric_lines` (stdlib
+Their format, and which lines a reader takes for events, is `pets_api.metric_lines` (stdlib
 only, shipped in this image), the module the operator reads them with.
 """
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from dataclasses import asdict, dataclass
 
-from pets_operator import metric_lines
-from pets_operator.metric_lines import parse_lines as parse_metric_lines  # noqa: F401 - the one reader
+from pets_api import metric_lines
+from pets_api.metric_lines import parse_lines as parse_metric_lines  # noqa: F401 - the one reader
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ training code (which picks the device) runs only inside the launched processes.
 """
 from __future__ import annotations
 
-from pets_operator.contract import option_defaults
+from pets_api.contract import option_defaults
 
 from .config import TrainConfig
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from pets_operator import metric_lines
+from pets_api import metric_lines
 
 from . import metrics
 from .errors import DataError

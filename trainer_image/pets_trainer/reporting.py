@@ -7,7 +7,7 @@
         report(epoch=epoch, accuracy=eval_metric, train_loss=loss, seconds=elapsed)
 
 It prints the metric line the operator reads into `status.epochs` (the same line the built-in
-recipe prints, `pets_operator.metric_lines`), on the main process (global rank 0) only, so every
+recipe prints, `pets_api.metric_lines`), on the main process (global rank 0) only, so every
 process may call it. Without it the operator still reads the tutorial's own
 `epoch 0: 88.12` lines, to two decimals of a percent; `report` gives the exact figure and the
 train loss. Outside a job it prints the same line, which does no harm.
@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from pets_operator import metric_lines
+from pets_api import metric_lines
 
 
 def _is_main_process() -> bool:

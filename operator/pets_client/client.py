@@ -1,6 +1,6 @@
 """A small notebook API for PetsTrainingJobs, on the official `kubernetes` client.
 
-    from pets_operator.client import PetsTrainingJobClient
+    from pets_client.client import PetsTrainingJobClient
 
     client = PetsTrainingJobClient()                      # in-cluster, else KUBECONFIG / ~/.kube/config
     job = client.submit("pets", num_nodes=2, epochs=3, model="resnet50d",
@@ -14,7 +14,7 @@
 Spec fields are the CRD's (`kubectl explain ptj.spec`); top-level keywords may be given in
 snake_case (`num_nodes`) or camelCase (`numNodes`), not both. Nested values are passed as they are.
 To ship a notebook's own training function instead of the built-in recipe, see
-`pets_operator.notebook.cluster_launcher`.
+`pets_client.launcher.cluster_launcher`.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
-from pets_operator import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from pets_operator.names import pod_name
-from pets_operator.status import FAILED, FINAL_PHASES
+from pets_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from pets_api.names import pod_name
+from pets_api.phases import FAILED, FINAL_PHASES
 
 from . import progress as progress_display
 
@@ -96,10 +96,10 @@ def _api_error(error: Exception) -> PetsClientError:
 
 
 def _load_api_client() -> Any:
-    """The operator's own loader (`pets_operator.kube.load_api_client`: in-cluster, else the kubeconfig)."""
+    """The operator's own loader (`pets_api.connection.load_api_client`: in-cluster, else the kubeconfig)."""
     from kubernetes import config
 
-    from pets_operator.kube import load_api_client  # needs `kubernetes` only, not kopf
+    from pets_api.connection import load_api_client
 
     try:
         return load_api_client()
@@ -117,7 +117,7 @@ def _default_namespace() -> str:
     """The namespace of the connection `_load_api_client` makes: the pod's, else the kubeconfig context's."""
     from kubernetes import config
 
-    from pets_operator.kube import kubeconfig_path
+    from pets_api.connection import kubeconfig_path
 
     if _in_cluster():
         return IN_CLUSTER_NAMESPACE_FILE.read_text().strip() or "default"
@@ -213,7 +213,7 @@ class PetsTrainingJob:
 
     def stream_logs(self, index: int = 0, tail_lines: int | None = None, timeout: float = 600) -> Iterator[str]:
         """The lines of pod `<job>-<index>`'s log as they are written, until its container ends."""
-        from .follower import split_lines
+        from pets_api.metric_lines import split_lines
 
         pod = pod_name(self.name, index)
         deadline = time.monotonic() + timeout

@@ -1,5 +1,5 @@
 """Files shipped inside the package: the CRD (the one source of the spec's defaults) and the
-sample job. `operator/pets_operator/manifests/` holds links to `manifests/`, so an installed
+sample job. `operator/pets_api/manifests/` holds links to `manifests/`, so an installed
 wheel carries the same bytes as the repository."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 
 
 def manifest_text(name: str) -> str:
-    return resources.files("pets_operator").joinpath("manifests", name).read_text(encoding="utf-8")
+    return resources.files("pets_api").joinpath("manifests", name).read_text(encoding="utf-8")
 
 
 @functools.cache

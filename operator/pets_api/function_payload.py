@@ -52,7 +52,7 @@ def pack(header: Mapping[str, Any], body: bytes) -> bytes:
 def unpack(data: bytes) -> tuple[dict[str, Any], bytes]:
     """(header, pickle bytes)."""
     if not data.startswith(MAGIC):
-        raise PayloadError("not a pets function payload (written by pets_operator.notebook.cluster_launcher)")
+        raise PayloadError("not a pets function payload (written by pets_client.launcher.cluster_launcher)")
     end = data.find(b"\n", len(MAGIC))
     if end < 0:
         raise PayloadError("the payload's header is cut off")

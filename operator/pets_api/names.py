@@ -1,16 +1,19 @@
-"""Names, labels and addresses of the objects a PetsTrainingJob owns (pure, no IO)."""
+"""Names, labels and addresses of the objects a PetsTrainingJob owns (pure, no IO).
+
+The operator names them; the SDK and the trainer find them by the same rules."""
 from __future__ import annotations
 
 import hashlib
 import re
 
-from pets_operator import GROUP
+from . import GROUP
+from .k8s_names import (ANNOTATION_COMPLETION_INDEX, DNS1123_LABEL_MAX, _DNS1035_LABEL, _DNS1123_LABEL,  # noqa: F401
+                        is_dns1035_label, is_dns1123_label, is_dns1123_subdomain)
 
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_REPLICA_INDEX = f"{GROUP}/replica-index"
 # Which group attempt (status.restarts at creation) a pod belongs to: events of an older attempt are stale.
 LABEL_ATTEMPT = f"{GROUP}/attempt"
-ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "pets-operator"
 
@@ -28,32 +31,7 @@ VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"  # Volcano
 # The schedulers' own names (their default `schedulerName`s); the operator's configuration may change them.
 DEFAULT_GANG_SCHEDULER_NAMES = {"coscheduling": "scheduler-plugins-scheduler", "volcano": "volcano"}
 
-# The Kubernetes name rules (apimachinery's validation.IsDNS1123Label/IsDNS1123Subdomain/IsDNS1035Label),
-# written once here: the operator's checks and the local cluster's API server both use these.
-DNS1123_LABEL_MAX = 63
-DNS1123_SUBDOMAIN_MAX = 253
-DNS1035_LABEL_MAX = 63
-_DNS1123_LABEL_FORMAT = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL = re.compile(rf"^{_DNS1123_LABEL_FORMAT}$")
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_DNS1123_LABEL_FORMAT}(\.{_DNS1123_LABEL_FORMAT})*$")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 SERVICE_SUFFIX = "-workers"
-
-
-def is_dns1123_label(text: str) -> bool:
-    """Lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters
-    (names of namespaces, pods' hostnames)."""
-    return len(text) <= DNS1123_LABEL_MAX and bool(_DNS1123_LABEL.match(text))
-
-
-def is_dns1123_subdomain(text: str) -> bool:
-    """DNS-1123 labels joined by '.', at most 253 characters (names of most objects: pods, service accounts)."""
-    return len(text) <= DNS1123_SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.match(text))
-
-
-def is_dns1035_label(text: str) -> bool:
-    """A DNS-1123 label that starts with a letter, at most 63 characters (names of Services)."""
-    return len(text) <= DNS1035_LABEL_MAX and bool(_DNS1035_LABEL.match(text))
 
 
 def service_name(job: str) -> str:

@@ -1,7 +1,7 @@
 """`pets-operator run` before kopf starts: a liveness port already in use is one line and exit 1."""
 import socket
 
-from pets_operator import main
+from pets_operator import run as main
 
 
 def test_a_free_port_is_no_problem():

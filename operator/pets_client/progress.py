@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, TextIO
 
-from .status import FAILED, FINAL_PHASES
+from pets_api.phases import FAILED, FINAL_PHASES
 
 
 @dataclass(frozen=True)

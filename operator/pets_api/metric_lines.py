@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 EVENT = "event"  # the key that makes a JSON object a metric event
 EPOCH = "epoch"  # one finished epoch: epoch (from 0), accuracy, train_loss, seconds
@@ -109,3 +109,27 @@ def parse_progress_lines(lines: str | Iterable[str]) -> list[dict[str, Any]]:
     if isinstance(lines, str):
         lines = lines.splitlines()
     return [event for event in map(parse_progress_line, lines) if event is not None]
+
+
+class LineSplitter:
+    """Complete text lines of a byte stream fed in chunks; `rest()` is the last line without its newline."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._pending += chunk
+        *lines, self._pending = self._pending.split(b"\n")
+        return [line.decode("utf-8", errors="replace") for line in lines]
+
+    def rest(self) -> list[str]:
+        pending, self._pending = self._pending, b""
+        return [pending.decode("utf-8", errors="replace")] if pending else []
+
+
+def split_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Complete text lines of a byte stream; a last line without newline is yielded at the end."""
+    splitter = LineSplitter()
+    for chunk in chunks:
+        yield from splitter.feed(chunk)
+    yield from splitter.rest()

@@ -123,7 +123,7 @@ ENTRIES: tuple[Entry, ...] = (
              "save the trained model here (model.safetensors, config.json, labels.json)"),
     # A shipped function (spec.function: its ConfigMap, mounted) runs instead of the built-in recipe.
     _derived("FUNCTION_FILE", "function_file", "str",
-             "run this function payload (pets_operator.notebook.cluster_launcher) instead of the built-in recipe"),
+             "run this function payload (pets_client.launcher.cluster_launcher) instead of the built-in recipe"),
     _spec("data.synthetic.classes", "SYNTHETIC_CLASSES", "synthetic_classes", "int",
           "generate a synthetic set of this many classes into the data dir"),
     _spec("data.synthetic.imagesPerClass", "SYNTHETIC_IMAGES_PER_CLASS", "synthetic_images_per_class", "int",
@@ -205,6 +205,11 @@ def _option_defaults() -> tuple[tuple[str, Any], ...]:
     schema = spec_schema()
     return tuple((entry.option, _schema_at(schema, entry.spec)["default"])
                  for entry in ENTRIES if entry.kind == SPEC and "default" in _schema_at(schema, entry.spec))
+
+
+def schema_default(path: str) -> Any:
+    """The CRD's default of the spec field at `path` (dotted, e.g. `data.mountPath`)."""
+    return _schema_at(spec_schema(), path)["default"]
 
 
 def option_defaults() -> dict[str, Any]:

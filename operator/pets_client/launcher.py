@@ -4,7 +4,7 @@ The Accelerate tutorial "Launching Multi-Node Training from a Jupyter Environmen
 `training_loop` in notebook cells and runs it with `notebook_launcher(training_loop, args,
 num_processes=2)`. The same call, with nodes of a cluster:
 
-    from pets_operator.notebook import cluster_launcher
+    from pets_client.launcher import cluster_launcher
 
     job = cluster_launcher(training_loop, args, num_nodes=2,
                            data={"persistentVolumeClaim": {"claimName": "pets"}, "mountPath": data_dir})
@@ -43,10 +43,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from . import function_payload, names
-from .builders import owner_reference
-from .contract import spec_schema
-from .spec import DATA_MOUNT_PATH
+from pets_api import function_payload, names
+from pets_api.contract import schema_default, spec_schema
+from pets_api.ownership import owner_reference
 
 # The payload's key in the ConfigMap: the CRD's default of spec.function.key.
 FUNCTION_KEY = spec_schema()["properties"]["function"]["properties"]["key"]["default"]
@@ -391,7 +390,7 @@ def mounted_paths(data: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> li
     """Where the pods have volumes: the data mount, the checkpoint path, /dev/shm."""
     mounts = [SHM_PATH]
     if data is not None:
-        mounts.append(data.get("mountPath") or DATA_MOUNT_PATH)
+        mounts.append(data.get("mountPath") or schema_default("data.mountPath"))
     checkpoint = spec.get("checkpoint")
     if checkpoint is not None:
         mounts.append(checkpoint.get("path") or CHECKPOINT_PATH)
@@ -511,7 +510,7 @@ def cluster_launcher(function: Callable[..., Any], args: Iterable[Any] = (), num
     """Run `function(*args)` in every process of `num_nodes` pods x `processes_per_node` processes.
 
     `accelerate.notebook_launcher`'s call, on a cluster: returns the PetsTrainingJob handle
-    (`pets_operator.client.PetsTrainingJob`: `wait()`, `epochs()`, `plot()`, `logs(follow=True)`,
+    (`pets_client.client.PetsTrainingJob`: `wait()`, `epochs()`, `plot()`, `logs(follow=True)`,
     `delete()`); with `wait=True` it first blocks with a live display until the job ends, and
     raises `JobFailed` (the error line of the failed pod in its message) if it fails.
 
