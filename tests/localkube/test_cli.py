@@ -1,40 +1,25 @@
-"""`pets-operator local up`: starts the cluster, prints a usable kubeconfig, stops on SIGINT."""
+"""The kit's `local up` command (`pets-operator local up`, the product's wiring of it, is in test_product.py)."""
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
-import time
 
 from kubernetes import client, config
 
 from pets_localkube import cli
 
-
-def test_local_up_prints_a_kubeconfig_that_the_client_can_use(tmp_path):
-    workdir = tmp_path / "work"
-    up = subprocess.Popen([sys.executable, "-m", "pets_operator", "local", "up", "--workdir", str(workdir), "--cpu", "1"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        lines = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = up.stdout.readline()
-            lines.append(line)
-            if line.startswith("export KUBECONFIG=") or not line:
-                break
-        assert lines[-1].strip() == f"export KUBECONFIG={workdir / 'kubeconfig'}", "".join(lines)
-        assert "current-context: pets-local" in "".join(lines)
-        with config.new_client_from_config(str(workdir / "kubeconfig")) as api:
-            node = client.CoreV1Api(api).read_node("local-node")
-            assert node.status.capacity["cpu"] == "1"
-            names = [r.name for r in client.CustomObjectsApi(api).get_api_resources("training.pets.dev", "v1alpha1").resources]
-            assert "petstrainingjobs" in names
-    finally:
-        up.send_signal(signal.SIGINT)
-        assert up.wait(timeout=30) == 0
+from .helpers import local_up
 
 
 def test_a_missing_crd_file_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["up", "--workdir", str(tmp_path), "--crd", str(tmp_path / "nope.yaml")]) == 2
     assert capsys.readouterr().err.strip() == f"error: CRD manifest {tmp_path / 'nope.yaml'} does not exist"
+
+
+def test_the_kits_local_up_applies_no_crd_of_its_own(tmp_path):
+    kit = [sys.executable, "-c", "import sys; from pets_localkube import cli; sys.exit(cli.main())"]
+    with local_up(kit, tmp_path / "work") as printed:
+        assert "current-context: pets-local" in "".join(printed)
+        with config.new_client_from_config(str(tmp_path / "work" / "kubeconfig")) as api:
+            crds = client.ApiextensionsV1Api(api).list_custom_resource_definition().items
+            assert crds == []
+            assert client.CoreV1Api(api).read_node("local-node").status.capacity["pods"] == "110"
