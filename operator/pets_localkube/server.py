@@ -104,7 +104,7 @@ class ApiServer:
         if refused is None:
             return await handler(request)
         if isinstance(refused, web.HTTPMethodNotAllowed):
-            taken = await request.app.router.resolve(request.clone(method=sorted(refused.allowed_methods)[0]))
+            taken = await request.app.router.resolve(request.clone(method=min(refused.allowed_methods)))
             routes.named_by(self.registry, taken)
             raise errors.method_not_allowed()
         raise not_found()

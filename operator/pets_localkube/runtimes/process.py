@@ -53,7 +53,7 @@ class KubeletHandle(Protocol):
     entrypoints: Mapping[str, Sequence[str]]  # image repository -> the command of a container that sets none
     shutting_down: bool
 
-    async def finish_deletion(self, worker: "PodWorker") -> None: ...
+    async def finish_deletion(self, worker: PodWorker) -> None: ...
 
 
 def resolve_executable(name: str, path_env: str | None) -> str | None:
