@@ -164,6 +164,37 @@ def parse_lock(text: str) -> dict[str, Pin]:
     return pins
 
 
+PROJECT_INPUT = re.compile(r"\(pyproject\.toml\)$|^-r ")  # uv's `# via` for a lock's own inputs
+
+
+def required_by(text: str) -> dict[str, set[str]]:
+    """{package: the packages that require it} from uv's `# via` annotations; "" stands for the
+    lock's inputs (pyproject.toml's extra, a requirements file)."""
+    parents: dict[str, set[str]] = {}
+    current: str | None = None
+    in_via_list = False
+    for line in re.sub(r"\\\n", " ", text).splitlines():
+        stripped = line.strip()
+        match = PIN_LINE.match(stripped)
+        if match:
+            current, in_via_list = normalize(match.group("name")), False
+            parents[current] = set()
+            continue
+        comment = re.fullmatch(r"#\s*(via\b)?\s*(.*)", stripped)
+        if current is None or comment is None:
+            continue
+        if comment.group(1):  # `# via X`, or `# via` with a list of `#   X` below
+            in_via_list = not comment.group(2)
+            names = [comment.group(2)] if comment.group(2) else []
+        elif in_via_list and line.startswith("    #   "):
+            names = [comment.group(2)]
+        else:
+            in_via_list = False
+            continue
+        parents[current] |= {"" if PROJECT_INPUT.search(name) else normalize(name) for name in names}
+    return parents
+
+
 # --- compiling ----------------------------------------------------------------------------------
 
 def compile_command(spec: LockSpec, uv: str, output: Path, upgrade: bool = False) -> list[str]:

@@ -120,3 +120,30 @@ def test_makefile_torch_pins_are_read_from_the_makefile(tmp_path):
     makefile.write_text("VENV ?= .venv\n")
     with pytest.raises(ValueError, match="no TORCH_PINS"):
         locks.makefile_torch_pins(makefile)
+
+
+@pytest.mark.parametrize("spec", [spec for spec in locks.LOCKS if spec.name != "build"], ids=lambda spec: spec.name)
+def test_each_lock_is_a_closed_graph_rooted_at_its_inputs(spec):
+    """Every pinned package is required by an input or by another pinned package (uv's `# via`),
+    and the packages the inputs require directly are exactly the inputs' requirements."""
+    text = spec.path.read_text()
+    pins = locks.parse_lock(text)
+    required_by = locks.required_by(text)
+    assert required_by.keys() == pins.keys()
+    orphans = [name for name, dependents in required_by.items() if not dependents]
+    assert not orphans, f"{spec.path.name}: nothing requires {orphans}"
+    unknown = {dependent for dependents in required_by.values() for dependent in dependents} - pins.keys() - {""}
+    assert not unknown, f"{spec.path.name}: required by unpinned {unknown}"
+    direct = {locks.normalize(Requirement(r).name)
+              for r in locks.direct_requirements(spec, locks.pyproject(), [])
+              if not Requirement(r).marker or Requirement(r).marker.evaluate(IMAGE_MARKERS)}
+    assert {name for name, dependents in required_by.items() if "" in dependents} == direct
+
+
+def test_required_by_reads_single_and_listed_annotations():
+    sha = "a" * 64
+    text = (f"aiohttp==3.14.5 \\\n    --hash=sha256:{sha}\n    # via\n    #   pets-operator (pyproject.toml)\n"
+            f"    #   kopf\nkopf==1.45.2 \\\n    --hash=sha256:{sha}\n    # via pets-operator (pyproject.toml)\n"
+            f"Multi_Dict==7.2.1 \\\n    --hash=sha256:{sha}\n    # via aiohttp\n"
+            f"uv==0.13.9 \\\n    --hash=sha256:{sha}\n    # via -r requirements/tools.in\n")
+    assert locks.required_by(text) == {"aiohttp": {"", "kopf"}, "kopf": {""}, "multi-dict": {"aiohttp"}, "uv": {""}}

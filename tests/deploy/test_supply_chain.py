@@ -125,3 +125,17 @@ def test_ci_runs_the_supply_chain_checks_before_the_tests():
 def test_sbom_output_is_ignored_by_git():
     ignored = subprocess.run(["git", "check-ignore", "-q", "build/sbom/pets-operator.cdx.json"], cwd=REPO_ROOT)
     assert ignored.returncode == 0
+
+
+def test_the_sbom_gets_the_locks_dependency_graph():
+    bom = {"metadata": {"component": {"bom-ref": "root-component", "name": "pets-operator"}},
+           "components": [{"bom-ref": "requirements-L3", "name": "aiohttp"}, {"bom-ref": "requirements-L9", "name": "kopf"},
+                          {"bom-ref": "requirements-L20", "name": "multidict"}],
+           "dependencies": []}
+    graph = sbom.with_dependency_graph(bom, {"aiohttp": {"", "kopf"}, "kopf": {""}, "multidict": {"aiohttp"}})
+    assert graph["dependencies"] == [
+        {"ref": "requirements-L20", "dependsOn": []},
+        {"ref": "requirements-L3", "dependsOn": ["requirements-L20"]},
+        {"ref": "requirements-L9", "dependsOn": ["requirements-L3"]},
+        {"ref": "root-component", "dependsOn": ["requirements-L3", "requirements-L9"]},
+    ]
