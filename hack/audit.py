@@ -74,6 +74,15 @@ def judge(report: dict, verdict: Verdict | None = None) -> Verdict:
     return verdict
 
 
+def exit_code(verdict: Verdict, if_unaudited: str) -> int:
+    """1 on a vulnerability with a fix; 3 on a package not audited unless `if_unaudited` is "warn"; else 0."""
+    if verdict.fixable:
+        return VULNERABLE
+    if verdict.unaudited and if_unaudited == "fail":
+        return UNAUDITED
+    return 0
+
+
 def audit_command(pip_audit: str, lock: Path, allowlist: dict[str, str]) -> list[str]:
     command = [pip_audit, "--requirement", str(lock), "--disable-pip", "--require-hashes",
                "--vulnerability-service", "pypi", "--format", "json", "--progress-spinner", "off"]
@@ -123,15 +132,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     for line in verdict.fixable:
         print(f"audit: VULNERABLE, fix available: {line}", file=sys.stderr)
-    if verdict.fixable:
-        return VULNERABLE
-    if verdict.unaudited:
-        if args.if_unaudited == "fail":
-            return UNAUDITED
+    code = exit_code(verdict, args.if_unaudited)
+    if code == 0 and verdict.unaudited:
         print("audit: WARNING: vulnerabilities were NOT checked (--if-unaudited warn)", file=sys.stderr)
-        return 0
-    print(f"audit: {len(lock_paths)} lock files, no known vulnerability with a fix")
-    return 0
+    elif code == 0:
+        print(f"audit: {len(lock_paths)} lock files, no known vulnerability with a fix")
+    return code
 
 
 if __name__ == "__main__":

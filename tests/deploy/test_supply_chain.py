@@ -139,3 +139,15 @@ def test_the_sbom_gets_the_locks_dependency_graph():
         {"ref": "requirements-L9", "dependsOn": ["requirements-L3"]},
         {"ref": "root-component", "dependsOn": ["requirements-L3", "requirements-L9"]},
     ]
+
+
+@pytest.mark.parametrize("fixable, unfixable, unaudited, if_unaudited, code", [
+    ([], [], [], "fail", 0),
+    ([], ["a 1: X (no fixed version yet)"], [], "fail", 0),
+    (["a 1: X (fixed in 2)"], [], [], "fail", audit.VULNERABLE),
+    (["a 1: X (fixed in 2)"], [], ["b: not found"], "warn", audit.VULNERABLE),
+    ([], [], ["b: not found"], "fail", audit.UNAUDITED),
+    ([], [], ["b: not found"], "warn", 0),
+])
+def test_the_exit_code_fails_on_a_fix_available_and_on_nothing_checked(fixable, unfixable, unaudited, if_unaudited, code):
+    assert audit.exit_code(audit.Verdict(fixable, unfixable, unaudited), if_unaudited) == code
