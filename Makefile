@@ -41,10 +41,10 @@ tools: venv ## fetch helm and kubectl into the user cache and print their paths
 	$(TOOLS)
 
 manifests: venv ## regenerate manifests/operator.yaml from the chart
-	$(PY) hack/chart.py --write
+	$(PY) -m hack.chart --write
 
 check-manifests: venv ## fail when manifests/operator.yaml has drifted from the chart
-	$(PY) hack/chart.py --check
+	$(PY) -m hack.chart --check
 
 lint-chart: venv ## helm lint the chart
 	$(HELM) lint --strict charts/pets-operator

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import chart  # hack/chart.py
+from hack import chart
 
 OPERATOR_DOCKERFILE = chart.REPO_ROOT / "Dockerfile"
 TRAINER_DOCKERFILE = chart.REPO_ROOT / "trainer_image" / "Dockerfile"
