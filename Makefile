@@ -1,5 +1,6 @@
 # pets-operator: development, images and deployment.
 #   make venv test            # unit + local-cluster tests
+#   make test-fast lint       # the quick loop: units and in-process tests (no training, containers or e2e); ruff + import contracts
 #   make images kind-load deploy   # build both images, load them into kind, helm install
 #   make e2e-kind             # the kind integration tests (need kind and docker)
 
@@ -22,7 +23,7 @@ TOOLS := $(PY) hack/k8s_tools.py
 HELM ?= $$($(TOOLS) helm)
 KUBECTL ?= $$($(TOOLS) kubectl)
 
-.PHONY: help venv test tools manifests check-manifests lint-chart images images-airgapped kind-cluster kind-load deploy undeploy demo e2e-kind
+.PHONY: help venv test test-fast lint tools manifests check-manifests lint-chart images images-airgapped kind-cluster kind-load deploy undeploy demo e2e-kind
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -36,6 +37,14 @@ $(VENV)/.installed: pyproject.toml
 
 test: venv ## the test suite without the kind tests
 	$(VENV)/bin/pytest -m 'not kind' $(PYTEST_ARGS)
+
+test-fast: venv ## units and in-process tests: no real training, containers or end-to-end runs (about 2 minutes)
+	$(VENV)/bin/pytest -n 2 -m 'not slow and not container and not kind and not e2e and not realcluster' $(PYTEST_ARGS)
+
+# PYTHONPATH: import-linter analyses the packages of this checkout, wherever the venv's editable install points.
+lint: venv ## ruff, and the package boundaries of [tool.importlinter] in pyproject.toml
+	$(VENV)/bin/ruff check .
+	PYTHONPATH=operator:trainer_image $(VENV)/bin/lint-imports --no-cache
 
 tools: venv ## fetch helm and kubectl into the user cache and print their paths
 	$(TOOLS)

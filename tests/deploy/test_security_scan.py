@@ -19,6 +19,8 @@ from pets_api import packaged
 from pets_operator import builders
 from pets_operator.spec import with_defaults
 
+pytestmark = pytest.mark.slow  # checkov: its own virtual environment (installed on first use), a scan of many seconds
+
 # (check, resource kind or "Kind.namespace.name") -> why the finding stays. Keep it short and true: an
 # entry that no longer matches a finding fails the test too.
 ALLOWED = {
