@@ -47,7 +47,7 @@ def test_a_later_report_replaces_the_epoch():
 
 def test_epoch_status_fields():
     status = epoch_status([{"epoch": 0, "accuracy": 0.7}, {"epoch": 1, "accuracy": 0.6}])
-    assert status["accuracy"] == 0.6 and status["bestAccuracy"] == 0.7 and status["currentEpoch"] == 1
+    assert status["accuracy"] == 0.6 and status["bestAccuracy"] == 0.7 and status["currentEpoch"] == 2
     assert len(status["epochs"]) == 2
     assert epoch_status([]) == {"epochs": []}
 
