@@ -38,7 +38,7 @@ $(VENV)/.installed: pyproject.toml
 test: venv ## the test suite without the kind tests
 	$(VENV)/bin/pytest -m 'not kind' $(PYTEST_ARGS)
 
-test-fast: venv ## units and in-process tests: no real training, containers or end-to-end runs (about 2 minutes)
+test-fast: venv ## units and in-process tests on 2 workers: no real training, containers or end-to-end runs
 	$(VENV)/bin/pytest -n 2 -m 'not slow and not container and not kind and not e2e and not realcluster' $(PYTEST_ARGS)
 
 # PYTHONPATH: import-linter analyses the packages of this checkout, wherever the venv's editable install points.
