@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from http_hosts import FileHost  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each test starts a Python that imports torch and timm
+
 MODEL = "resnet10t"
 REPOSITORY = "timm/resnet10t.c3_in1k"  # what timm's pretrained config names for resnet10t
 FETCH = """
