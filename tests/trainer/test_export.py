@@ -56,6 +56,25 @@ def test_save_and_load_round_trip_the_weights(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically: no temporary files left
 
 
+def test_the_files_are_readable_by_other_uids_whatever_the_umask(tmp_path):
+    import os
+    import stat
+
+    existing = tmp_path / "volume"
+    existing.mkdir(mode=0o700)
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=2)
+    previous = os.umask(0o077)
+    try:
+        output = save_model(existing / "runs" / "best", model, "resnet10t", 32, ["a", "b"])
+        save_model(output, model, "resnet10t", 32, ["a", "b"])  # the next best epoch replaces them
+    finally:
+        os.umask(previous)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in output.iterdir()}
+    assert modes == {"config.json": 0o644, "labels.json": 0o644, "model.safetensors": 0o644}
+    assert stat.S_IMODE(output.stat().st_mode) == stat.S_IMODE(output.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o700, "a directory it did not create is left alone"
+
+
 def test_a_directory_without_a_model_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="holds no saved model"):
         load_model(tmp_path)

@@ -3,7 +3,9 @@
 The main process writes the three files into the output directory (`OUTPUT_DIR`, spec.output)
 after each epoch that is the best so far, so the directory always holds the best model and a
 run that stops early leaves the best one it had. Each file is written atomically; `model.safetensors`
-last, so a reader that finds the weights finds the config and labels of the same save.
+last, so a reader that finds the weights finds the config and labels of the same save. The files are
+mode 0644 and the directories `save_model` creates 0755, whatever the umask: a serving pod or a
+notebook running under another uid reads them.
 
 `config.json`: the timm model name, the image size, the normalization (mean, std), the epoch and
 its accuracy; `labels.json`: the class names in label-id order. `predict(output_dir, images)`
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,6 +26,16 @@ from .atomic import write_atomically
 from .errors import ConfigError, TrainerError, report_error
 
 MODEL_FILE, CONFIG_FILE, LABELS_FILE = "model.safetensors", "config.json", "labels.json"
+FILE_MODE, DIRECTORY_MODE = 0o644, 0o755  # readable by any uid; only the trainer's writes
+
+
+def make_readable_directory(path: Path) -> None:
+    """Create `path` and its missing parents with DIRECTORY_MODE; an existing directory (a volume's root,
+    perhaps not ours) is left as it is."""
+    missing = [directory for directory in (path, *path.parents) if not directory.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    for directory in missing:
+        os.chmod(directory, DIRECTORY_MODE)
 
 
 def save_model(output_dir: str | Path, model, model_name: str, image_size: int, classes: Sequence[str],
@@ -31,15 +44,16 @@ def save_model(output_dir: str | Path, model, model_name: str, image_size: int, 
     from safetensors.torch import save
 
     output = Path(output_dir)
-    output.mkdir(parents=True, exist_ok=True)
+    make_readable_directory(output)
     cfg = model.pretrained_cfg
     config = {"model": model_name, "image_size": image_size, "num_classes": len(classes),
               "mean": list(cfg["mean"]), "std": list(cfg["std"]), "epoch": epoch, "accuracy": accuracy}
     state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in model.state_dict().items()}
-    write_atomically(output / LABELS_FILE, lambda stream: stream.write(json.dumps(list(classes)).encode()))
-    write_atomically(output / CONFIG_FILE, lambda stream: stream.write(json.dumps(config, indent=1).encode()))
+    write_atomically(output / LABELS_FILE, lambda stream: stream.write(json.dumps(list(classes)).encode()), FILE_MODE)
+    write_atomically(output / CONFIG_FILE, lambda stream: stream.write(json.dumps(config, indent=1).encode()),
+                     FILE_MODE)
     data = save(state, metadata={"format": "pt"})
-    write_atomically(output / MODEL_FILE, lambda stream: stream.write(data))
+    write_atomically(output / MODEL_FILE, lambda stream: stream.write(data), FILE_MODE)
     return output
 
 
