@@ -10,8 +10,11 @@ notebook running under another uid reads them.
 `config.json`: the timm model name, the image size, the normalization (mean, std), the epoch and
 its accuracy; `labels.json`: the class names in label-id order. `predict(output_dir, images)`
 loads them (no network: the weights are the file) and returns each image's breeds with their
-probabilities, using the eval transform (resize to the image size, normalize).
-`pets-train predict DIR IMAGE...` prints the same as JSON lines.
+probabilities, using the eval transform (resize to the image size, normalize); it raises ConfigError
+naming the first image it cannot read. `pets-train predict DIR IMAGE...` prints the same as JSON
+lines, one per image in order; an image it cannot read is reported on its line (`"error"`) and on
+stderr, and the others are still classified. Exit status 0 when at least one image was classified,
+2 when none could be (or DIR holds no model).
 """
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .atomic import write_atomically
 from .errors import ConfigError, TrainerError, report_error
@@ -74,44 +78,69 @@ def load_model(output_dir: str | Path) -> tuple[Any, dict[str, Any], list[str]]:
     return model.eval(), config, labels
 
 
-def predict(output_dir: str | Path, images: Sequence[str | Path], top: int = 3) -> list[list[tuple[str, float]]]:
-    """For each image, its `top` most likely breeds with their probabilities, most likely first."""
+@dataclass(frozen=True)
+class Prediction:
+    """One image's most likely breeds, or why it could not be read."""
+    image: str
+    ranked: list[tuple[str, float]] | None = None
+    error: str | None = None
+
+
+def predict_each(output_dir: str | Path, images: Sequence[str | Path], top: int = 3) -> Iterator[Prediction]:
+    """A Prediction per image, in order: an image that cannot be read gets its error, and the next one is tried."""
     import torch
     from torchvision.transforms import ToTensor
 
     from .data import DecodeSteps
+    from .image_index import UNREADABLE_IMAGE_ERRORS
 
     model, config, labels = load_model(output_dir)
     decode = DecodeSteps(resize=int(config["image_size"]))  # the eval transform: Resize, ToTensor, normalize
     mean = torch.tensor(config["mean"])[:, None, None]
     std = torch.tensor(config["std"])[:, None, None]
-    results = []
     with torch.no_grad():
         for path in images:
             try:
                 tensor = (ToTensor()(decode(Path(path))) - mean) / std
-            except OSError as error:
-                raise ConfigError(f"cannot read image {path}: {error}") from None
+            except UNREADABLE_IMAGE_ERRORS as error:
+                yield Prediction(str(path), error=f"cannot read image {path}: {' '.join(str(error).split())}")
+                continue
             probabilities = model(tensor[None]).softmax(dim=-1)[0]
             best = probabilities.topk(min(top, len(labels)))
-            results.append([(labels[i], round(float(p), 6)) for p, i in zip(best.values.tolist(), best.indices.tolist())])
+            yield Prediction(str(path), ranked=[(labels[i], round(float(p), 6))
+                                                for p, i in zip(best.values.tolist(), best.indices.tolist())])
+
+
+def predict(output_dir: str | Path, images: Sequence[str | Path], top: int = 3) -> list[list[tuple[str, float]]]:
+    """For each image, its `top` most likely breeds with their probabilities, most likely first."""
+    results = []
+    for prediction in predict_each(output_dir, images, top):
+        if prediction.error:
+            raise ConfigError(prediction.error)
+        results.append(prediction.ranked)
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`pets-train predict DIR IMAGE...`: one JSON line per image."""
+    """`pets-train predict DIR IMAGE...`: one JSON line per image, in order."""
     parser = argparse.ArgumentParser(prog="pets-train predict", description=predict.__doc__)
     parser.add_argument("model_dir", help="the job's output directory (spec.output)")
     parser.add_argument("images", nargs="+")
     parser.add_argument("--top", type=int, default=3)
     args = parser.parse_args(argv)
+    classified = 0
     try:
-        for image, ranked in zip(args.images, predict(args.model_dir, args.images, top=args.top)):
-            print(json.dumps({"image": image, "predictions": [{"label": label, "probability": p}
-                                                             for label, p in ranked]}))
+        for prediction in predict_each(args.model_dir, args.images, top=args.top):
+            if prediction.error:
+                print(json.dumps({"image": prediction.image, "error": prediction.error}), flush=True)
+                print(f"error: {prediction.error}", file=sys.stderr, flush=True)
+                continue
+            classified += 1
+            print(json.dumps({"image": prediction.image, "predictions": [
+                {"label": label, "probability": p} for label, p in prediction.ranked]}), flush=True)
     except TrainerError as error:
         return report_error(error)
-    return 0
+    return 0 if classified else 2
 
 
 if __name__ == "__main__":
