@@ -146,7 +146,7 @@ def test_an_exception_recorded_in_the_error_file_is_named_by_the_launcher(traine
     assert "ValueError: the loss diverged at step 3" in summary and "To enable traceback" not in summary, summary
 
 
-def test_failures_before_the_launch_keep_their_own_message(trainer_processes, trainer_env, tmp_path):
+def test_a_training_process_s_own_error_stays_the_message(trainer_env, tmp_path):
     """A one-line error of a training process stays the termination message; the launcher adds nothing."""
     (tmp_path / "termination-log").write_text("")
     result = subprocess.run(
