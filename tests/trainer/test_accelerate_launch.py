@@ -146,6 +146,7 @@ def test_an_exception_recorded_in_the_error_file_is_named_by_the_launcher(traine
     assert "ValueError: the loss diverged at step 3" in summary and "To enable traceback" not in summary, summary
 
 
+@pytest.mark.slow  # a Python that imports torch and timm
 def test_a_training_process_s_own_error_stays_the_message(trainer_env, tmp_path):
     """A one-line error of a training process stays the termination message; the launcher adds nothing."""
     (tmp_path / "termination-log").write_text("")

@@ -85,6 +85,7 @@ def run_predict(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # two Pythons that import torch and timm
 def test_predict_reports_each_unreadable_image_and_goes_on(tmp_path):
     model = timm.create_model("resnet10t", pretrained=False, num_classes=2)
     output = save_model(tmp_path / "model", model, "resnet10t", 32, ["beagle", "pug"])
