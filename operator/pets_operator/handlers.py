@@ -159,7 +159,7 @@ async def _read_job(kube: Kube, namespace: str, name: str, stopped: kopf.DaemonS
             return await asyncio.to_thread(kube.get_job, namespace, name)
         except KubeError as error:
             failures += 1
-            delay = backoff_seconds(failures, error.failure.retry_after)
+            delay = backoff_seconds(failures)
             logger.warning("reading the job failed: %s; retrying in %gs", error, delay)
             await stopped.wait(delay)
     return None

@@ -105,7 +105,7 @@ class JobRunner:
                         continue
                 except KubeError as error:
                     self._api_failures += 1
-                    delay = backoff_seconds(self._api_failures, error.failure.retry_after)
+                    delay = backoff_seconds(self._api_failures)
                     self.log.warning("API call failed: %s; retrying in %gs", error, delay)
                     await self._wait(delay, stopped)
                     continue
