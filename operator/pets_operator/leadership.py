@@ -65,7 +65,8 @@ def candidate_identity(pod_name: str, hostname: str, suffix: str) -> str:
 
 def user_agent(base: str, identity: str) -> str:
     """The User-Agent of this process's calls: the client's own, and which replica sent it (audit logs show it)."""
-    return f"{base} (pets-operator {identity})"
+    mark = f" (pets-operator {identity})"
+    return base if base.endswith(mark) else base + mark
 
 
 def lease_namespace(configured: str, service_account_namespace: str | None) -> str:

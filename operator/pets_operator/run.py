@@ -51,6 +51,11 @@ def liveness_port_problem(port: int, host: str = "0.0.0.0") -> str | None:
     return None
 
 
+class _ReusingServer(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True  # bound as aiohttp binds kopf's endpoint, which takes the port over
+    daemon_threads = True
+
+
 class StandbyHealth:
     """/healthz on `port` while the process waits for the lease: 200 while the election runs, 503 once it stopped."""
 
@@ -68,9 +73,7 @@ class StandbyHealth:
             def log_message(self, *args) -> None:  # one line per probe otherwise
                 pass
 
-        http.server.ThreadingHTTPServer.allow_reuse_address = True
-        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        self.server = _ReusingServer((host, port), Handler)
         threading.Thread(target=self.server.serve_forever, name="standby-healthz", daemon=True).start()
 
     def close(self) -> None:

@@ -37,6 +37,7 @@ def test_identity_namespace_and_user_agent():
     assert lease_namespace("", "pets-operator\n") == "pets-operator"
     assert lease_namespace("", None) == "default"
     assert user_agent("kopf/1.45.2", "pod-a") == "kopf/1.45.2 (pets-operator pod-a)"
+    assert user_agent(user_agent("kopf/1.45.2", "pod-a"), "pod-a") == "kopf/1.45.2 (pets-operator pod-a)"
 
 
 class Clock:
