@@ -83,3 +83,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   resources: [events]
   verbs: [create]
 {{- end -}}
+
+{{/* "true" when the pods elect a leader on a Lease (peering, when enabled, picks the active pod instead). */}}
+{{- define "pets-operator.leaderElection" -}}
+{{- if and .Values.leaderElection.enabled (not .Values.peering.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "pets-operator.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (printf "%s-leader" (include "pets-operator.fullname" . | trunc 56 | trimSuffix "-")) -}}
+{{- end -}}
+
+{{/* What the values may not combine: checked where the Deployment renders, with the fix in the message. */}}
+{{- define "pets-operator.checkReplicas" -}}
+{{- $elect := .Values.leaderElection -}}
+{{- if and (gt (int .Values.replicas) 1) (not (include "pets-operator.leaderElection" .)) (not .Values.peering.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled=true (or peering.enabled=true): otherwise every pod acts on every job" -}}
+{{- end -}}
+{{- if and (include "pets-operator.leaderElection" .) (not (and (gt (int $elect.leaseDurationSeconds) (int $elect.renewDeadlineSeconds)) (gt (mulf (int $elect.renewDeadlineSeconds) 10) (mulf (int $elect.retryPeriodSeconds) 12)))) -}}
+{{- fail (printf "leaderElection needs leaseDurationSeconds > renewDeadlineSeconds > 1.2 x retryPeriodSeconds, got %v > %v > 1.2 x %v" $elect.leaseDurationSeconds $elect.renewDeadlineSeconds $elect.retryPeriodSeconds) -}}
+{{- end -}}
+{{- end -}}
