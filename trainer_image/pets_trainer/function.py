@@ -12,6 +12,8 @@ calls `function(*args)`, as `accelerate.notebook_launcher` does on one machine; 
   checks the same before it launches, so the pod stops before any training process starts).
 - A function that raises prints its traceback, then one line `error: <Type>: <message>` (also the
   container's termination message, as `pets-train` writes its errors), and exits with status 1.
+- With spec.tracking, an `Accelerator()` the function makes without `log_with` logs to the job's
+  trackers (`pets_trainer.tracking.install_job_defaults`).
 - Afterwards the process group is destroyed (the tutorial's loop does not call
   `accelerator.end_training()`; a gloo process that exits with its group alive aborts).
 
@@ -20,6 +22,7 @@ This module imports no torch itself: the function's own imports bring it in.
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import sys
 import traceback
@@ -112,7 +115,16 @@ def main(argv: list[str] | None = None) -> int:
         function, function_args, _ = load_function(args.payload)
     except TrainerError as error:
         return report_error(error)
+    use_job_trackers()
     return run(function, function_args)
+
+
+def use_job_trackers() -> None:
+    """With spec.tracking, the function's `Accelerator()` logs to the job's trackers (`pets_trainer.tracking`)."""
+    if os.environ.get("MLFLOW_TRACKING_URI") or os.environ.get("TENSORBOARD_LOG_DIR"):
+        from .tracking import TrackingSettings, install_job_defaults  # imports accelerate: only for a job that tracks
+
+        install_job_defaults(TrackingSettings.from_env(os.environ))
 
 
 if __name__ == "__main__":
