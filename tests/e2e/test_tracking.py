@@ -13,8 +13,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import kubernetes
 import pytest
 
+from pets_client.client import PetsTrainingJobClient
 from pets_localkube.environment import PathMap
 from pets_trainer.launch import LAUNCH_OPTIONS, TRAIN_OPTIONS, build_parser, make_train_config, resolve_options
 from pets_trainer.synthetic import generate_synthetic_pets
@@ -119,7 +121,7 @@ def scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
-def test_the_mlflow_run_and_the_tensorboard_files_hold_what_the_job_status_says(api, operator_process, wait_for,
+def test_the_mlflow_run_and_the_tensorboard_files_hold_what_the_job_status_says(cluster, api, operator_process, wait_for,
                                                                                  mlflow_server, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -147,6 +149,13 @@ def test_the_mlflow_run_and_the_tensorboard_files_hold_what_the_job_status_says(
         "model/config.json", "model/labels.json", "model/model.safetensors"]
     losses = client.get_metric_history(run.info.run_id, "train_loss")
     assert sorted(m.step for m in losses) == list(range(1, accuracy[-1].step + 1))  # logEverySteps: 1
+
+    # The notebook client shows the same run.
+    notebook = PetsTrainingJobClient(namespace="default",
+                                     api_client=kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+    assert notebook.job("pets").tracking == status["tracking"]
+    assert [m["value"] for m in notebook.job("pets").tracking_metrics(["accuracy"])["accuracy"]] == [
+        entry["accuracy"] for entry in status["epochs"]]
 
     tensorboard = status["tracking"]["tensorboard"]
     assert tensorboard["hostPath"] == str(output) and Path(tensorboard["logDir"]).is_relative_to(output)
