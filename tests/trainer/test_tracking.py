@@ -8,6 +8,7 @@ import socket
 import pytest
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
+from accelerate.utils import LoggerType
 
 from pets_api.metric_lines import parse_lines
 from pets_trainer import tracking
@@ -181,6 +182,8 @@ def test_a_shipped_function_s_accelerator_logs_to_the_job_s_trackers(tmp_path, m
     AcceleratorState._reset_state(True)
     own = Accelerator(cpu=True, log_with="tensorboard", project_dir=str(tmp_path / "mine"))
     assert own.logging_dir == str(tmp_path / "mine")
+    AcceleratorState._reset_state(True)
+    assert Accelerator(cpu=True, log_with=[LoggerType.ALL]).logging_dir == str(tmp_path / "tb")
 
 
 def test_without_tracking_a_shipped_function_s_accelerator_is_left_alone():

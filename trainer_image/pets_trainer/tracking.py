@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from accelerate.tracking import GeneralTracker, MLflowTracker, TensorBoardTracker
+from accelerate.utils import LoggerType
 
 from pets_api import contract, metric_lines
 
@@ -266,8 +267,9 @@ def end_failed(accelerator: Any) -> None:
 # --- a shipped function's Accelerator ----------------------------------------------------------------------
 
 def _asks_for_tensorboard(log_with: Any) -> bool:
+    """Whether `log_with` names TensorBoard or all trackers (a name, or Accelerate's `LoggerType`)."""
     wanted = log_with if isinstance(log_with, (list, tuple)) else [log_with]
-    return any(isinstance(item, str) and str(item).lower() in (TENSORBOARD, "all") for item in wanted)
+    return any(isinstance(item, (str, LoggerType)) and str(item).lower() in (TENSORBOARD, "all") for item in wanted)
 
 
 def install_job_defaults(settings: TrackingSettings) -> bool:

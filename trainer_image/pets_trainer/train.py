@@ -274,7 +274,7 @@ def images_per_second(images: int, result: EpochResult) -> float:
 
 
 def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None,
-           settings: tracking.TrackingSettings = tracking.TrackingSettings()) -> TrainResult | None:
+           settings: tracking.TrackingSettings) -> TrainResult | None:
     parts = build_training_parts(accelerator, config, cache)
     checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
     fingerprint = checkpoint_fingerprint(config, parts.classes, accelerator.num_processes, parts.num_images)
