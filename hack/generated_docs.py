@@ -68,7 +68,7 @@ def contract_table() -> str:
 def module_map() -> str:
     rows = ["| module | its one job |", "| --- | --- |"]
     for package in PACKAGES:
-        for path in sorted((REPO / package).glob("*.py")):
+        for path in sorted((REPO / package).rglob("*.py")):  # subpackages too
             if path.name == "__main__.py":
                 continue
             docstring = ast.get_docstring(ast.parse(path.read_text())) or ""

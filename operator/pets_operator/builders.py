@@ -202,47 +202,18 @@ def network_policy_body(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _data_volume(data: Mapping[str, Any]) -> dict[str, Any]:
-    if data.get("persistentVolumeClaim") is not None:
-        claim = data["persistentVolumeClaim"]
-        return {"name": "data", "persistentVolumeClaim": {"claimName": claim["claimName"],
-                                                          "readOnly": bool(claim.get("readOnly", True))}}
-    if data.get("hostPath") is not None:
-        return {"name": "data", "hostPath": {"path": data["hostPath"], "type": "Directory"}}
-    return {"name": "data", "emptyDir": {}}  # synthetic: each pod generates the same images
-
-
-def _checkpoint_volume(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
-    if checkpoint.get("persistentVolumeClaim") is not None:
-        return {"name": "checkpoint", "persistentVolumeClaim": {"claimName": checkpoint["persistentVolumeClaim"]["claimName"]}}
-    if checkpoint.get("hostPath") is not None:
-        return {"name": "checkpoint", "hostPath": {"path": checkpoint["hostPath"], "type": "DirectoryOrCreate"}}
-    return {"name": "checkpoint", "emptyDir": {}}
-
-
-def _cache_volume(cache: Mapping[str, Any]) -> dict[str, Any]:
-    if cache.get("persistentVolumeClaim") is not None:
-        return {"name": "cache", "persistentVolumeClaim": {"claimName": cache["persistentVolumeClaim"]["claimName"]}}
-    if cache.get("hostPath") is not None:
-        return {"name": "cache", "hostPath": {"path": cache["hostPath"], "type": "DirectoryOrCreate"}}
-    empty_dir: dict[str, Any] = {}
-    if cache.get("sizeLimit") is not None:
-        empty_dir["sizeLimit"] = str(cache["sizeLimit"])
-    return {"name": "cache", "emptyDir": empty_dir}
-
-
-def _output_volume(output: Mapping[str, Any]) -> dict[str, Any]:
-    if output.get("persistentVolumeClaim") is not None:
-        return {"name": "output", "persistentVolumeClaim": {"claimName": output["persistentVolumeClaim"]["claimName"]}}
-    if output.get("hostPath") is not None:
-        return {"name": "output", "hostPath": {"path": output["hostPath"], "type": "DirectoryOrCreate"}}
-    return {"name": "output", "emptyDir": {}}
-
-
-def _tensorboard_volume(settings: Mapping[str, Any]) -> dict[str, Any]:
-    if settings.get("persistentVolumeClaim") is not None:
-        return {"name": "tensorboard", "persistentVolumeClaim": {"claimName": settings["persistentVolumeClaim"]["claimName"]}}
-    return {"name": "tensorboard", "hostPath": {"path": settings["hostPath"], "type": "DirectoryOrCreate"}}
+def _volume(name: str, source: Mapping[str, Any], host_path_type: str = "DirectoryOrCreate",
+            read_only: bool | None = None, size_limit: Any = None) -> dict[str, Any]:
+    """A volume from a spec section: its persistentVolumeClaim (`read_only`: the claim's readOnly, when it
+    has one) or hostPath, else an emptyDir (`size_limit`, when given)."""
+    if source.get("persistentVolumeClaim") is not None:
+        claim = {"claimName": source["persistentVolumeClaim"]["claimName"]}
+        if read_only is not None:
+            claim["readOnly"] = read_only
+        return {"name": name, "persistentVolumeClaim": claim}
+    if source.get("hostPath") is not None:
+        return {"name": name, "hostPath": {"path": source["hostPath"], "type": host_path_type}}
+    return {"name": name, "emptyDir": {} if size_limit is None else {"sizeLimit": str(size_limit)}}
 
 
 def _volumes_and_mounts(spec: Mapping[str, Any], index: int = 0) -> tuple[list[dict], list[dict]]:
@@ -251,21 +222,23 @@ def _volumes_and_mounts(spec: Mapping[str, Any], index: int = 0) -> tuple[list[d
     data = spec.get("data") or {}
     data_read_only = bool((data.get("persistentVolumeClaim") or {}).get("readOnly", True)) \
         if data.get("persistentVolumeClaim") is not None else False
-    volumes = [_data_volume(data), {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    # Data with neither a claim nor a hostPath is an emptyDir: synthetic, each pod generates the same images.
+    volumes = [_volume("data", data, "Directory", data_read_only), {"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     mounts = [{"name": "data", "mountPath": data_mount_path(spec), "readOnly": data_read_only},
               # DataLoader workers pass batches through shared memory; the runtime's default 64 MiB is too small.
               {"name": "dshm", "mountPath": SHM_MOUNT_PATH}]
     if not has_data(spec) or contract.data_download(spec) is not None:  # no data, or data in the cache volume
         del volumes[0], mounts[0]
     if has_cache(spec):
-        volumes.append(_cache_volume(spec.get("cache") or {}))
+        cache = spec.get("cache") or {}
+        volumes.append(_volume("cache", cache, size_limit=cache.get("sizeLimit")))
         mounts.append({"name": "cache", "mountPath": cache_path(spec)})
     output = spec.get("output")
     if output is not None and index == 0:
-        volumes.append(_output_volume(output))
+        volumes.append(_volume("output", output))
         mounts.append({"name": "output", "mountPath": output["path"]})
     if has_tensorboard_volume(spec) and index == 0:  # the main process, on node 0, writes the event files
-        volumes.append(_tensorboard_volume(tensorboard(spec) or {}))
+        volumes.append(_volume("tensorboard", tensorboard(spec) or {}))
         mounts.append({"name": "tensorboard", "mountPath": tensorboard_dir(spec)})
     function = spec.get("function")
     if function is not None:
@@ -273,7 +246,7 @@ def _volumes_and_mounts(spec: Mapping[str, Any], index: int = 0) -> tuple[list[d
         mounts.append({"name": "function", "mountPath": FUNCTION_MOUNT_PATH, "readOnly": True})
     checkpoint = spec.get("checkpoint")
     if checkpoint is not None:
-        volumes.append(_checkpoint_volume(checkpoint))
+        volumes.append(_volume("checkpoint", checkpoint))
         mounts.append({"name": "checkpoint", "mountPath": checkpoint["path"]})
     # The root filesystem is read-only: temporary files (the decoded-image cache among them) and the home
     # directory with its caches go to emptyDirs, which live as long as the pod.

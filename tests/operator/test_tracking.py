@@ -1,4 +1,4 @@
-"""Pod 0's tracking lines -> status.tracking and TrackingDegraded (`pets_operator.tracking`), through both log followers."""
+"""Pod 0's tracking lines -> status.tracking and TrackingDegraded (`pets_operator.tracking`), through the log follower."""
 from __future__ import annotations
 
 import asyncio
@@ -10,8 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from pets_api.metric_lines import format_line, tracking_degraded_event, tracking_event
-from pets_operator.follower import EpochBook, PodLogFollower
-from pets_operator.logstreams import LogStreams
+from pets_operator.epochs import EpochBook
+from pets_operator.logfollow import LogStreams
 from pets_operator.reconcile import Event, Plan
 from pets_operator.spec import with_defaults
 from pets_operator.tracking import (TRACKER_FAILED, TRACKERS_LOGGING, TRACKING_DEGRADED_CONDITION, Tracking,
@@ -105,34 +105,11 @@ def test_the_book_keeps_the_current_attempt_s_trackers():
     assert book.tracking == Tracking()
 
 
-class FakeResponse:
-    def __init__(self, chunks):
-        self.chunks = [c.encode() for c in chunks]
-
-    def read1(self, size):
-        return self.chunks.pop(0) if self.chunks else b""
-
-    def release_conn(self):
-        pass
-
-    def close(self):
-        pass
-
-
 LOG = ["text\n", format_line(MLFLOW_STARTED) + "\n", json.dumps({"event": "epoch", "epoch": 0, "accuracy": 0.5}) + "\n",
        "[rank0]: " + format_line(MLFLOW_DOWN) + "\n"]
 
 
-def test_the_thread_follower_hands_tracking_lines_to_the_book():
-    book = EpochBook([], publish=lambda fields: None, attempt=2)
-    follower = PodLogFollower("uid", lambda: FakeResponse(LOG), lambda: ("uid", "Succeeded"), book, lambda: None,
-                              attempt=2)
-    follower._run()
-    assert book.tracking == state(MLFLOW_STARTED, MLFLOW_DOWN)
-    assert [e["epoch"] for e in book.epochs] == [0]
-
-
-async def test_the_event_loop_follower_hands_tracking_lines_to_the_book():
+async def test_the_log_follower_hands_tracking_lines_to_the_book():
     book = EpochBook([], publish=lambda fields: None, attempt=2)
 
     async def log(request):
