@@ -277,7 +277,7 @@ class PetsTrainingJob:
         shown = progress_display.progress(self.name, resource)
         if ax is None:
             _, ax = plt.subplots(figsize=(6.4, 3.6))
-        epochs = [entry["epoch"] for entry in shown.epochs]
+        epochs = [progress_display.epoch_number(entry) for entry in shown.epochs]
         ax.plot(epochs, [100 * entry["accuracy"] for entry in shown.epochs], marker="o", color="tab:blue",
                 label="eval accuracy")
         ax.set_xlabel("epoch")
@@ -285,7 +285,8 @@ class PetsTrainingJob:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{self.name}: {progress_display.summary(shown)}", fontsize="medium")
         ax.grid(alpha=0.3)
-        losses = [(entry["epoch"], entry["trainLoss"]) for entry in shown.epochs if entry.get("trainLoss") is not None]
+        losses = [(progress_display.epoch_number(entry), entry["trainLoss"])
+                  for entry in shown.epochs if entry.get("trainLoss") is not None]
         if losses:
             loss_ax = ax.twinx()
             loss_ax.plot(*zip(*losses), marker="s", linestyle="--", color="tab:orange", label="train loss")

@@ -4,6 +4,9 @@ What to show is decided by pure functions of the resource (`progress`, `summary`
 the displays only draw it. In a Jupyter kernel the bar is `tqdm.auto`'s (a widget that updates in
 place: epochs done over the total, phase, latest and best accuracy); anywhere else each change of
 phase and each finished epoch is one printed line, so logs and CI output stay readable.
+
+Epochs are counted from 1, as `status.currentEpoch` and the EPOCH column of `kubectl get ptj` count
+them: the `status.epochs` entry with `epoch: 0` (the trainer's index) is shown as epoch 1.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ class Progress:
 
     @property
     def done(self) -> int:
-        return len(self.epochs)
+        """Epochs completed: the latest epoch's number, counted from 1 (status.currentEpoch)."""
+        return epoch_number(self.epochs[-1]) if self.epochs else 0
 
     @property
     def latest(self) -> float | None:
@@ -33,6 +37,11 @@ class Progress:
     @property
     def best(self) -> float | None:
         return max((entry["accuracy"] for entry in self.epochs), default=None)
+
+
+def epoch_number(entry: Mapping[str, Any]) -> int:
+    """The number a person reads for a `status.epochs` entry: its 0-based `epoch` + 1."""
+    return int(entry["epoch"]) + 1
 
 
 def progress(name: str, resource: Mapping[str, Any]) -> Progress:
@@ -59,8 +68,10 @@ def summary(p: Progress) -> str:
 
 
 def epoch_line(p: Progress, entry: Mapping[str, Any]) -> str:
-    """One finished epoch: `training-loop: epoch 0: accuracy 0.8812, train loss 0.4100, 12.3 s`."""
-    text = f"{p.name}: epoch {entry['epoch']}: accuracy {accuracy_text(entry.get('accuracy'))}"
+    """One finished epoch: `training-loop: epoch 1/5: accuracy 0.8812, train loss 0.4100, 12.3 s` (`epoch 1:`
+    when the total is unknown)."""
+    number = f"{epoch_number(entry)}/{p.total}" if p.total else str(epoch_number(entry))
+    text = f"{p.name}: epoch {number}: accuracy {accuracy_text(entry.get('accuracy'))}"
     if entry.get("trainLoss") is not None:
         text += f", train loss {entry['trainLoss']:.4f}"
     if entry.get("seconds") is not None:

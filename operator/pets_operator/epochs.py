@@ -72,7 +72,7 @@ def merge_epochs(known: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, 
 
 
 def epoch_status(epochs: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The status fields derived from the epochs: latest accuracy, best accuracy, current epoch."""
+    """The status fields derived from the epochs: latest accuracy, best accuracy, epochs completed (from 1)."""
     if not epochs:
         return {"epochs": []}
     latest = max(epochs, key=lambda entry: entry["epoch"])
@@ -80,7 +80,7 @@ def epoch_status(epochs: list[Mapping[str, Any]]) -> dict[str, Any]:
         "epochs": [{key: value for key, value in entry.items() if key != PRINTED} for entry in epochs],
         "accuracy": latest["accuracy"],
         "bestAccuracy": max(entry["accuracy"] for entry in epochs),
-        "currentEpoch": latest["epoch"],
+        "currentEpoch": latest["epoch"] + 1,
     }
 
 

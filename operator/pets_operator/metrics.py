@@ -127,7 +127,7 @@ class Metrics:
                                   ["job_namespace", "phase"], buckets=DURATION_BUCKETS, registry=registry)
         self.accuracy = job_gauge("job_accuracy", "The latest epoch's eval accuracy (status.accuracy)")
         self.best_accuracy = job_gauge("job_best_accuracy", "The best epoch's eval accuracy (status.bestAccuracy)")
-        self.current_epoch = job_gauge("job_current_epoch", "The latest finished epoch (status.currentEpoch)")
+        self.current_epoch = job_gauge("job_current_epoch", "Epochs completed, from 1 (status.currentEpoch)")
         self.epoch_latency = Histogram(f"{PREFIX}_epoch_status_latency_seconds",
                                        "From pod 0 writing an epoch line (its log timestamp) to the status patch "
                                        "that records it returning", buckets=LATENCY_BUCKETS, registry=registry)

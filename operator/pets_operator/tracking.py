@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from pets_api.metric_lines import EVENT, TRACKING, TRACKING_DEGRADED
 

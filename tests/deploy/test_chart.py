@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import chart
+from hack import chart
 from tests.support.kube_schemas import crd_schemas, problems
 
 MANIFEST_CRDS = [chart.MANIFESTS_DIR / "crd.yaml", chart.MANIFESTS_DIR / "kopf-peering-crds.yaml"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import yaml
 from kopf._cogs.structs import references as kopf_references
 
+from hack import chart
 from pets_api import names
-from tests.support import chart
 from tests.support.kube_schemas import crd_schemas, problems
 
 INSTALL_FILES = ("crd.yaml", "kopf-peering-crds.yaml", "operator.yaml")

@@ -20,7 +20,7 @@ def test_stand_in_job_succeeds_with_live_epochs(api, operator_process, stand_in_
     status = wait_for("Succeeded", lambda: phase(api, "quick") == "Succeeded" and api.job("quick")["status"], 60,
                       operator.logs)
     assert [e["epoch"] for e in status["epochs"]] == [0, 1, 2]
-    assert status["currentEpoch"] == 2 and status["bestAccuracy"] == status["accuracy"]
+    assert status["currentEpoch"] == 3 and status["bestAccuracy"] == status["accuracy"]
     assert status["workers"]["succeeded"] == 2 and status["restarts"] == 0
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"Created": "True", "Running": "False", "Succeeded": "True"}

@@ -213,7 +213,7 @@ async def test_the_daemon_leaves_at_once_when_told_to_stop():
 
 async def test_epochs_beyond_spec_epochs_are_dropped_from_the_status_first():
     stale = [{"epoch": n, "accuracy": 0.1 * n} for n in range(8)]
-    status = {"phase": "Succeeded", "epochs": stale, "currentEpoch": 7, "accuracy": 0.7, "bestAccuracy": 0.7,
+    status = {"phase": "Succeeded", "epochs": stale, "currentEpoch": 8, "accuracy": 0.7, "bestAccuracy": 0.7,
               "restarts": 0}
     kube = FakeKube(status)
     runner, _ = make_runner(kube, status)
@@ -222,7 +222,7 @@ async def test_epochs_beyond_spec_epochs_are_dropped_from_the_status_first():
     await asyncio.sleep(0.1)  # a finished job's daemon stays (idle, for spec changes) until told to stop
     stopped.flag.set()
     await asyncio.wait_for(task, 1)
-    assert kube.patches[0]["currentEpoch"] == 4
+    assert kube.patches[0]["currentEpoch"] == 5
     assert [e["epoch"] for e in kube.status["epochs"]] == [0, 1, 2, 3, 4]
 
 
@@ -236,7 +236,7 @@ async def test_a_restart_clears_or_keeps_the_epochs_in_its_own_patch(checkpoint,
     for name, pod in list(kube.pods.items()):
         kube.pods[name] = dataclasses.replace(pod, phase="Running")
     await one_step(runner)
-    kube.status.update(epochs=epochs, currentEpoch=1, accuracy=0.6, bestAccuracy=0.6)
+    kube.status.update(epochs=epochs, currentEpoch=2, accuracy=0.6, bestAccuracy=0.6)
     runner.book.add(epochs)
     kube.pods["pets-1"] = dataclasses.replace(kube.pods["pets-1"], phase="Failed", exit_code=3)
     await one_step(runner)

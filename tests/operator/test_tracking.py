@@ -14,8 +14,15 @@ from pets_operator.epochs import EpochBook
 from pets_operator.logfollow import LogStreams
 from pets_operator.reconcile import Event, Plan
 from pets_operator.spec import with_defaults
-from pets_operator.tracking import (TRACKER_FAILED, TRACKERS_LOGGING, TRACKING_DEGRADED_CONDITION, Tracking,
-                                    fold_into, fold_tracking, status_tracking)
+from pets_operator.tracking import (
+    TRACKER_FAILED,
+    TRACKERS_LOGGING,
+    TRACKING_DEGRADED_CONDITION,
+    Tracking,
+    fold_into,
+    fold_tracking,
+    status_tracking,
+)
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 MLFLOW_STARTED = tracking_event("mlflow", run_id="r1", experiment_id="3", run_name="pets",

@@ -31,9 +31,10 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from accelerate.tracking import GeneralTracker, MLflowTracker, TensorBoardTracker
 from accelerate.utils import LoggerType
@@ -66,7 +67,7 @@ class TrackingSettings:
     secrets: tuple[str, ...] = ()  # values never to print (the credentials)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> "TrackingSettings":
+    def from_env(cls, environ: Mapping[str, str]) -> TrackingSettings:
         return cls(
             mlflow_uri=environ.get("MLFLOW_TRACKING_URI") or None,
             experiment=environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT,
@@ -76,7 +77,7 @@ class TrackingSettings:
             secrets=tuple(environ[name] for name in SECRET_ENVS if environ.get(name)),
         )
 
-    def replace(self, **changes: Any) -> "TrackingSettings":
+    def replace(self, **changes: Any) -> TrackingSettings:
         return dataclasses.replace(self, **changes)
 
 

@@ -34,6 +34,7 @@ from .image_cache import ImageCache
 from .image_index import scan_images
 from .metrics import EpochResult, done_event, emit
 from .model import FrozenEncoderClassifier, create_model, freeze_encoder, normalization
+from .world import device_accelerator_available
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,6 @@ class TrainResult:
     @property
     def best_accuracy(self) -> float:
         return max(result.accuracy for result in self.history)
-
-
-def device_accelerator_available() -> bool:
-    if hasattr(torch, "accelerator"):
-        return torch.accelerator.is_available()
-    return torch.cuda.is_available()
 
 
 def supported_mixed_precision(requested: str, cpu: bool = False) -> str:
