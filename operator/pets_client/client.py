@@ -8,6 +8,8 @@
     job.wait(timeout=3600)                                # watches the job; a live bar in Jupyter, lines elsewhere
     job.epochs()                                          # [{"epoch": 0, "accuracy": 0.88, ...}, ...]
     job.plot()                                            # accuracy (and train loss) per epoch
+    job.tracking                                          # spec.tracking's MLflow run (id, URL) and TensorBoard dir
+    job.tracking_metrics(["accuracy"])                    # the MLflow run's metric history (mlflow client)
     job.logs(follow=True)                                 # pod 0's output as it comes
     job.delete(wait=True)                                 # and its pods, Service, ConfigMap
 
@@ -160,6 +162,37 @@ class PetsTrainingJob:
     def epochs(self) -> list[dict[str, Any]]:
         """One entry per finished epoch: {epoch, accuracy, trainLoss?, seconds?}."""
         return list(self.status().get("epochs") or [])
+
+    @property
+    def tracking(self) -> dict[str, Any]:
+        """Where the job's experiment tracking goes (spec.tracking), as status.tracking says once pod 0's trackers
+        started: `mlflow` {runId, experimentId, runName, trackingUri, url}, `tensorboard` {logDir, and
+        persistentVolumeClaim or hostPath}; {} before that."""
+        return dict(self.status().get("tracking") or {})
+
+    def tracking_metrics(self, keys: Iterable[str] | None = None,
+                         tracking_uri: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The job's MLflow run's metric history, read through the mlflow client (`pip install mlflow-skinny`):
+        key -> [{step, value, timestamp}] in step order; `keys` default to every metric of the run (`accuracy`
+        per epoch, `train_loss` and `learning_rate` per logged step, `images_per_second`, ...).
+
+        `tracking_uri` replaces the server address in status.tracking (the pods' may not resolve from here);
+        credentials come from this process's MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN."""
+        run = self.tracking.get("mlflow") or {}
+        if not run.get("runId"):
+            raise PetsClientError(f"{self.namespace}/{self.name} has no MLflow run in status.tracking (yet): "
+                                  "spec.tracking.mlflow sets one up, and pod 0 reports it once its tracker started")
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise ImportError("tracking_metrics reads the run through the mlflow client: pip install mlflow-skinny") \
+                from None
+        client = MlflowClient(tracking_uri=tracking_uri or run.get("trackingUri"))
+        if keys is None:
+            keys = sorted(client.get_run(run["runId"]).data.metrics)
+        return {key: [{"step": m.step, "value": m.value, "timestamp": m.timestamp}
+                      for m in sorted(client.get_metric_history(run["runId"], key), key=lambda m: (m.step, m.timestamp))]
+                for key in keys}
 
     def wait(self, timeout: float | None = 3600, phases: Iterable[str] = FINISHED,
              on_epoch: Callable[[dict[str, Any]], Any] | None = None,

@@ -37,6 +37,7 @@ from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, attempt_of, reconcile
 from .refusals import TRANSIENT, ApiFailure, CreateFailure, backoff_seconds, most_severe
 from .spec import epoch_limit, with_changes, with_defaults
 from .status import FINAL_PHASES, RUNNING, PodView
+from .tracking import fold_into as fold_tracking
 from .validation import spec_problems
 
 IDLE_RECHECK_SECONDS = 1.0  # reconcile at least this often even without pod events
@@ -162,6 +163,7 @@ class JobRunner:
         plan = reconcile(self.name, self.spec, self.status, self.generation, pods,
                          datetime.now(timezone.utc), problems, logs_drained=self._pod0_drained(pods),
                          create_failure=self.create_failure, initialization=self.book.initialization)
+        plan = fold_tracking(plan, self.book.tracking, self.status, self.spec, datetime.now(timezone.utc))
         return self._unless_expected(plan, pods)
 
     def _unless_expected(self, plan: Plan, pods: list[PodView]) -> Plan:

@@ -263,6 +263,28 @@ async def test_the_network_policy_comes_before_the_pods_unless_turned_off():
     assert sorted(kube.created) == ["Pod/pets-0", "Pod/pets-1", "Service/pets-workers"]
 
 
+async def test_pod_0_s_tracking_lines_reach_the_status_in_one_patch_and_one_event():
+    from pets_api.metric_lines import tracking_degraded_event, tracking_event
+
+    kube = FakeKube()
+    runner, events = make_runner(kube, spec={"tracking": {"mlflow": {"trackingUri": "http://mlflow:5000"}}})
+    await one_step(runner)
+    for name, pod in list(kube.pods.items()):
+        kube.pods[name] = dataclasses.replace(pod, phase="Running")
+    await one_step(runner)
+    runner.book.note_tracking(tracking_event("mlflow", run_id="r1", experiment_id="1", tracking_uri="http://mlflow:5000"))
+    runner.book.note_tracking(tracking_degraded_event("mlflow", "ConnectionError: refused"))
+    patches = len(kube.patches)
+    await one_step(runner)
+    assert kube.status["tracking"] == {"mlflow": {"runId": "r1", "experimentId": "1", "trackingUri": "http://mlflow:5000"}}
+    [condition] = [c for c in kube.status["conditions"] if c["type"] == "TrackingDegraded"]
+    assert condition["status"] == "True" and condition["message"].startswith("mlflow: ConnectionError: refused")
+    assert [e.reason for e in events if e.type == "Warning"] == ["TrackingDegraded"]
+    await one_step(runner)  # nothing new: no patch, no event
+    assert len(kube.patches) == patches + 1 and len([e for e in events if e.type == "Warning"]) == 1
+    assert kube.status["phase"] == "Running"
+
+
 async def test_pod_0_is_followed_once_it_runs_and_the_job_succeeds_once_its_log_is_read():
     kube, streams = FakeKube(), FakeLogStreams()
     runner, _ = make_runner(kube, spec={"numNodes": 1}, log_streams=streams)

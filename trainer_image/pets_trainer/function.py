@@ -17,6 +17,8 @@ calls `function(*args)`, as `accelerate.notebook_launcher` does on one machine; 
   `Accelerator(cpu=True)` would (`pets_trainer.world`).
 - If the function's Accelerate state sees another world than the job's (WORLD_SIZE, RANK from the
   launcher), the run stops as soon as it has one: `error: WorldMismatch: ...`, exit status 2.
+- With spec.tracking, an `Accelerator()` the function makes without `log_with` logs to the job's
+  trackers (`pets_trainer.tracking.install_job_defaults`).
 - Afterwards the process group is destroyed (the tutorial's loop does not call
   `accelerator.end_training()`; a gloo process that exits with its group alive aborts).
 
@@ -138,7 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         function, function_args, _ = load_function(args.payload)
     except TrainerError as error:
         return report_error(error)
+    use_job_trackers()
     return run(function, function_args, world)
+
+
+def use_job_trackers() -> None:
+    """With spec.tracking, the function's `Accelerator()` logs to the job's trackers (`pets_trainer.tracking`)."""
+    if os.environ.get("MLFLOW_TRACKING_URI") or os.environ.get("TENSORBOARD_LOG_DIR"):
+        from .tracking import TrackingSettings, install_job_defaults  # imports accelerate: only for a job that tracks
+
+        install_job_defaults(TrackingSettings.from_env(os.environ))
 
 
 if __name__ == "__main__":
