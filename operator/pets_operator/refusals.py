@@ -2,16 +2,21 @@
 
 `kube` turns every failed call into an `ApiFailure` (the HTTP code, the Status reason and
 message; no code when no answer came: a timeout, a dropped connection). `classify` says what
-kind of failure it is; the job's reconcile step decides what that does to the job.
+kind of failure it is; the job's reconcile step decides what that does to the job. A 409 reaches
+a job only for an object that is not its own (`occupants`): the runner adopts its own.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from .occupants import Occupant
+
 REFUSED = "Refused"  # the API will refuse the same call again: 400, 403 (not quota), 405, 413, 415, 422
 QUOTA = "QuotaExceeded"  # a ResourceQuota refused it: may pass once other objects are gone or the quota grows
 TRANSIENT = "Transient"  # 5xx, 429, timeouts, dropped connections, ...: retry
+CONFLICT = "NameConflict"  # 409: the name is taken by an object that is not the job's (see `occupants`)
+NOT_SERVED = "NotServed"  # 404 to a create: the API serves no such resource (a CRD that is not installed)
 PERMANENT_CODES = frozenset({400, 403, 405, 413, 415, 422})
 # Kubernetes' ResourceQuota admission: `pods "x" is forbidden: exceeded quota: q, requested: ..., used: ..., limited: ...`
 QUOTA_MARKER = "exceeded quota"
@@ -37,6 +42,10 @@ class ApiFailure:
 
 
 def classify(code: int | None, message: str) -> str:
+    if code == 409:
+        return CONFLICT
+    if code == 404:
+        return NOT_SERVED
     if code == 403 and QUOTA_MARKER in (message or "").lower():
         return QUOTA
     if code in PERMANENT_CODES:
@@ -57,6 +66,12 @@ class CreateFailure:
     attempt: int  # the group attempt (status.restarts) the objects were for
     failures: int  # consecutive failed tries
     at: datetime
+    occupant: Occupant | None = None  # a CONFLICT's: the object that has the name
+
+    @property
+    def object_kind(self) -> str:
+        """`Pod`, `Service`, `NetworkPolicy`, `PodGroup`: the kind of object that was not created."""
+        return self.what.split(" ", 1)[0]
 
     @property
     def kind(self) -> str:
@@ -67,7 +82,7 @@ class CreateFailure:
         return self.at + timedelta(seconds=backoff_seconds(self.failures))
 
 
-MOST_SEVERE_FIRST = (REFUSED, QUOTA, TRANSIENT)
+MOST_SEVERE_FIRST = (REFUSED, CONFLICT, NOT_SERVED, QUOTA, TRANSIENT)
 
 
 def most_severe(failures: list[tuple[str, ApiFailure]]) -> tuple[str, ApiFailure] | None:
