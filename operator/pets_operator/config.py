@@ -9,6 +9,8 @@ from typing import Mapping
 from pets_api.contract import TRAINER_COMMAND
 from pets_api.names import DEFAULT_GANG_SCHEDULER_NAMES, is_dns1123_subdomain
 
+from .reconcile.step import RESTART_BACKOFF_SECONDS as DEFAULT_RESTART_BACKOFF_SECONDS
+
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080
 DEFAULT_METRICS_PORT = 0  # no /metrics unless asked for (the chart asks for it)
@@ -44,6 +46,9 @@ class OperatorConfig:
     # gangScheduling.*SchedulerName): the name that scheduler runs under in this cluster.
     coscheduling_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["coscheduling"]
     volcano_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["volcano"]
+    # Seconds before a group is restarted after a worker failed, doubling with each restart (at most 6 minutes),
+    # as the Job controller backs off; tests make it short.
+    restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
 
     @property
     def gang_scheduler_names(self) -> dict[str, str]:
@@ -86,6 +91,8 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
                                default=True),
         coscheduling_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_COSCHEDULING_SCHEDULER_NAME", "coscheduling"),
         volcano_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_VOLCANO_SCHEDULER_NAME", "volcano"),
+        restart_backoff_seconds=_seconds(environ, "PETS_OPERATOR_RESTART_BACKOFF_SECONDS",
+                                         DEFAULT_RESTART_BACKOFF_SECONDS),
     )
 
 
@@ -98,6 +105,19 @@ def _port(environ: Mapping[str, str], name: str, default: int) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{name} must be within 0..65535, got {port}")
     return port
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds (0 or more), got {text!r}")
+    return seconds
 
 
 def _scheduler_name(environ: Mapping[str, str], name: str, scheduler: str) -> str:
