@@ -15,7 +15,7 @@ daemon before the object goes), which would keep `kubectl delete ptj` waiting wh
 down or uninstalled. The job needs nothing done at its deletion (its pods, Service, NetworkPolicy and
 PodGroup go by owner references, as a JobSet's or a Kubeflow TrainJob's do), so the daemon is
 registered without one, and a job event handler stops a deleted job's daemon itself. A finalizer
-left on a job by an older operator is removed by kopf at the job's next event.
+left on a job by an older operator is removed by kopf when it next sees the job (its listing at startup).
 """
 from __future__ import annotations
 

@@ -98,10 +98,14 @@ def test_a_pod_that_has_the_name_and_not_the_job_s_owner_fails_the_job(api, oper
 
 
 def test_a_job_is_deleted_while_no_operator_runs(api, operator_process, stand_in_env, wait_for):
+    spec = job_spec(epochs=200, env=[{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.5"}])
+    api.create_job("orphan", spec)
+    older = api.custom.patch_namespaced_custom_object(  # as an older operator left it: kopf's finalizer
+        GROUP, "v1alpha1", NAMESPACE, "petstrainingjobs", "orphan", {"metadata": {"finalizers": [f"{GROUP}/operator"]}})
+    assert older["metadata"]["finalizers"] == [f"{GROUP}/operator"]
     operator = operator_process(stand_in_env)
-    api.create_job("orphan", job_spec(epochs=200, env=[{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.5"}]))
     wait_for("Running", lambda: status_of(api, "orphan").get("phase") == "Running", 60, operator.logs)
-    assert not api.job("orphan")["metadata"].get("finalizers")
+    wait_for("the older finalizer removed", lambda: not api.job("orphan")["metadata"].get("finalizers"), 15)
     operator.stop()
     api.delete_job("orphan")
     wait_for("the job gone", lambda: api.job("orphan") is None, 10)
