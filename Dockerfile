@@ -7,8 +7,16 @@ FROM ${PYTHON_IMAGE} AS build
 ARG PIP_INDEX_URL=
 ARG PIP_EXTRA_INDEX_URL=
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
 WORKDIR /src
+# Every dependency from its lock (requirements/, `make locks`; docs/supply-chain.md): pip takes only
+# files whose hash the lock lists, only wheels, and resolves nothing itself (--no-deps).
+COPY requirements/operator.lock requirements/build.lock requirements/
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install --require-hashes --no-deps --only-binary=:all: -r requirements/operator.lock
+# setuptools, locked too, to build the project's wheel: in a venv of this stage only, and used
+# without build isolation (which would fetch an unpinned setuptools).
+RUN python -m venv /opt/build \
+ && /opt/build/bin/pip install --require-hashes --no-deps --only-binary=:all: -r requirements/build.lock
 # README.m[d]: copied when present (the package metadata reads it).
 COPY pyproject.toml README.m[d] ./
 # The controller and the API package it shares with the trainer: not the SDK, not the local
@@ -18,7 +26,10 @@ COPY operator/pets_api/ operator/pets_api/
 COPY operator/pets_operator/ operator/pets_operator/
 # What pets_api's manifests/ links point to (the CRD and the sample job, read as package data).
 COPY manifests/crd.yaml manifests/job.yaml manifests/
-RUN /opt/venv/bin/pip install '.[operator]'
+# The project itself, without dependencies (all in the lock); `pip check` fails on one the lock lacks.
+RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist . \
+ && /opt/venv/bin/pip install --no-deps /tmp/dist/*.whl \
+ && /opt/venv/bin/pip check
 
 FROM ${PYTHON_IMAGE}
 # The Deployment runs as 10001 with runAsNonRoot, which needs a numeric USER to verify.

@@ -76,3 +76,25 @@ demo: venv ## the no-cluster demo
 
 e2e-kind: venv ## kind integration tests: cluster, images, helm install, sample job
 	$(VENV)/bin/pytest tests/kind -m kind $(PYTEST_ARGS)
+
+# Supply chain (docs/supply-chain.md): the images install from lock files with hashes; these
+# targets need only python3 (and Go for actionlint), not the venv; their tools are pinned in
+# requirements/tools.lock and installed into ~/.cache/pets-operator/ on first use.
+.PHONY: locks check-locks sbom audit lint-workflows
+LOCKS_ARGS ?=
+AUDIT_ARGS ?=
+
+locks: ## regenerate requirements/*.lock (uv pip compile --generate-hashes); LOCKS_ARGS=--upgrade for newest
+	$(PYTHON) hack/locks.py --write --torch-pins "$(TORCH_PINS)" $(LOCKS_ARGS)
+
+check-locks: ## fail when requirements/*.lock differ from what `make locks` writes
+	$(PYTHON) hack/locks.py --check --torch-pins "$(TORCH_PINS)"
+
+sbom: ## CycloneDX SBOMs of both images, from their locks, into build/sbom/
+	$(PYTHON) hack/sbom.py
+
+audit: ## pip-audit the locks: fails on a known vulnerability with a fix (requirements/audit-allowlist.txt)
+	$(PYTHON) hack/audit.py $(AUDIT_ARGS)
+
+lint-workflows: ## actionlint and zizmor (offline) on .github/workflows/
+	$(PYTHON) hack/lint_workflows.py

@@ -13,16 +13,14 @@ measures
   - apart: the local cluster process's CPU seconds and peak RSS (API server, scheduler, kubelet),
     which shares the machine with the operator but is not the operator's cost.
 
-    python benchmarks/operator_scale.py                        # 100, 300, 1000 jobs; both followers
+    python benchmarks/operator_scale.py                        # 100, 300, 1000 jobs
     python benchmarks/operator_scale.py --quick                # 20 jobs, 3 epochs of 1 s: a smoke run
-    python benchmarks/operator_scale.py --jobs 1000 --followers asyncio --epoch-seconds 20
+    python benchmarks/operator_scale.py --jobs 1000 --epoch-seconds 20
 
-`--followers threads,asyncio` (the default) runs every job count twice, back to back, with
-PETS_OPERATOR_LOG_FOLLOWER=threads (a thread and a blocking connection per followed log, the design
-before) and =asyncio (every log on the operator's event loop), so before/after share the machine's
-load of the moment. `--baseline DIR` adds a round before those with the operator of another source
-tree (DIR/operator first on the operator's PYTHONPATH; the local cluster stays this checkout's, which
-simulates the pods), e.g. the last commit's:
+`--baseline DIR` runs every job count twice, back to back, so before/after share the machine's load
+of the moment: first with the operator of another source tree (DIR/operator first on the operator's
+PYTHONPATH; the local cluster stays this checkout's, which simulates the pods), then with this
+checkout's; e.g. against the last commit:
 
     mkdir -p build/scale-baseline && git archive HEAD operator manifests | tar -x -C build/scale-baseline
     python benchmarks/operator_scale.py --baseline build/scale-baseline
@@ -254,14 +252,13 @@ def metric_value(text: str, name: str) -> float | None:
 
 # --- one round --------------------------------------------------------------------------------
 
-def run_round(jobs: int, epochs: int, epoch_seconds: float, rate: float, follower: str, workdir: Path,
+def run_round(jobs: int, epochs: int, epoch_seconds: float, rate: float, variant: str, workdir: Path,
               timeout: float, log_level: str, source: Path | None = None) -> dict:
-    """One round; `source`: run the operator of that tree (DIR/operator), `follower` then only names the row."""
+    """One round; `source`: run the operator of that tree (DIR/operator) instead of this one's; `variant` names the row."""
     cluster, kubeconfig, server = start_cluster(workdir / "cluster")
     metrics_port = free_port()
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PETS_OPERATOR_LIVENESS_PORT": "0",
-           "PETS_OPERATOR_LOG_LEVEL": log_level, "PETS_OPERATOR_LOG_FOLLOWER": follower if source is None else "",
-           "PETS_OPERATOR_METRICS_PORT": str(metrics_port)}
+           "PETS_OPERATOR_LOG_LEVEL": log_level, "PETS_OPERATOR_METRICS_PORT": str(metrics_port)}
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source / "operator"), os.environ.get("PYTHONPATH")]))
     operator_log = workdir / "operator.log"
@@ -315,7 +312,7 @@ def run_round(jobs: int, epochs: int, epoch_seconds: float, rate: float, followe
                           sorted(requests.items(), key=lambda item: -item[1]) if key[0] in OPERATOR_CLIENTS and count}
         cpu = busy["cpu"] - idle["cpu"]
         return {
-            "follower": follower, "jobs": jobs, "epochs": epochs, "epoch_seconds": epoch_seconds, "rate": rate,
+            "operator_source": variant, "jobs": jobs, "epochs": epochs, "epoch_seconds": epoch_seconds, "rate": rate,
             "seconds": round(end - begin, 1), "load_average": os.getloadavg()[0],
             "pods": summary(to_pods), "epoch": summary(to_status),
             "epochs_seen": len(watcher.epoch_seen), "epochs_expected": jobs * epochs,
@@ -340,12 +337,12 @@ def run_round(jobs: int, epochs: int, epoch_seconds: float, rate: float, followe
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n{'follower':<9} {'jobs':>5} {'load':>5} {'create->pods s p50/p99/max':>27} {'epoch->status s p50/p99/max':>28} "
+    print(f"\n{'operator':<9} {'jobs':>5} {'load':>5} {'create->pods s p50/p99/max':>27} {'epoch->status s p50/p99/max':>28} "
           f"{'epochs':>11} {'RSS MiB idle/peak':>18} {'CPU s':>7} {'ms/job':>7} {'threads':>8} {'conns':>6} "
           f"{'req/job':>8} {'cluster CPU s':>14} {'cluster RSS':>12}")
     for row in rows:
         op, pods, epoch = row["operator"], row["pods"], row["epoch"]
-        print(f"{row['follower']:<9} {row['jobs']:>5} {row['load_average']:>5.1f} "
+        print(f"{row['operator_source']:<9} {row['jobs']:>5} {row['load_average']:>5.1f} "
               f"{pods['p50']:>9.2f}/{pods['p99']:>6.2f}/{pods['max']:<7.2f} "
               f"{epoch['p50']:>9.2f}/{epoch['p99']:>6.2f}/{epoch['max']:<7.2f}  "
               f"{row['epochs_seen']:>5}/{row['epochs_expected']:<5} {op['rss_idle']:>8.1f}/{op['rss_peak']:<9.1f} "
@@ -361,12 +358,10 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0,
                         help="jobs created per second (default: %(default)g: 1,000 jobs in 50 s, all running at once "
                              "from then until the first ends)")
-    parser.add_argument("--followers", default="threads,asyncio",
-                        help="PETS_OPERATOR_LOG_FOLLOWER values to compare, each round in this order (default: %(default)s)")
     parser.add_argument("--round-timeout", type=float, default=None,
                         help="seconds a round may take from its first job on (default: creation + epochs + 120 s)")
     parser.add_argument("--log-level", default="INFO", help="the operator's PETS_OPERATOR_LOG_LEVEL (default: %(default)s)")
-    parser.add_argument("--quick", action="store_true", help="20 jobs, 3 epochs of 1 s, the asyncio follower only")
+    parser.add_argument("--quick", action="store_true", help="20 jobs, 3 epochs of 1 s")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="also run each job count with DIR/operator's pets_operator first (a row named 'baseline')")
     parser.add_argument("--json", type=Path, help="also write the rounds to this file")
@@ -374,9 +369,9 @@ def main() -> int:
     if args.baseline and not (args.baseline / "operator" / "pets_operator" / "__init__.py").is_file():
         parser.error(f"--baseline {args.baseline}: no operator/pets_operator/__init__.py there")
     if args.quick:
-        args.jobs, args.epochs, args.epoch_seconds, args.followers = "20", 3, 1.0, "asyncio"
+        args.jobs, args.epochs, args.epoch_seconds = "20", 3, 1.0
     counts = [int(part) for part in args.jobs.split(",")]
-    variants = [(part.strip(), None) for part in args.followers.split(",") if part.strip()]
+    variants: list[tuple[str, Path | None]] = [("this", None)]
     if args.baseline:
         variants.insert(0, ("baseline", args.baseline.resolve()))
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
@@ -385,9 +380,9 @@ def main() -> int:
     rows = []
     for jobs in counts:
         timeout = args.round_timeout or jobs / args.rate + args.epochs * args.epoch_seconds + 120
-        for follower, source in variants:
+        for variant, source in variants:
             with tempfile.TemporaryDirectory(prefix="operator-scale-") as tmp:
-                rows.append(run_round(jobs, args.epochs, args.epoch_seconds, args.rate, follower, Path(tmp),
+                rows.append(run_round(jobs, args.epochs, args.epoch_seconds, args.rate, variant, Path(tmp),
                                       timeout, args.log_level, source))
             print(json.dumps(rows[-1]), flush=True)
     print_table(rows)

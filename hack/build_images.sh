@@ -8,6 +8,8 @@
 # `docker import` it under the name the Dockerfile's FROM uses, so the Dockerfiles build unchanged.
 # Then `docker build` both images with the package indexes given here. On a normal network
 # `make images` (plain docker build) is all that is needed; this is the air-gapped path.
+# The packages themselves are fixed by the lock files (requirements/*.lock, with hashes): an index
+# given here only says where to fetch them, and a file whose hash the lock lacks fails the build.
 #
 # Options:
 #   --ca-bundle FILE         a CA certificate (PEM) to trust inside the base image (an HTTPS proxy's)
@@ -15,10 +17,10 @@
 #   --extra-index-url URL    another index (repeatable; PIP_EXTRA_INDEX_URL)
 #   --serve-index DIR        serve DIR (a PEP 503 "simple/" tree and its files) on 127.0.0.1 during the
 #                            builds and add DIR's simple/ as an extra index (repeatable)
-#   --torch-index-url URL    where the trainer's torch and torchvision come from (default: the variant's
-#                            PyTorch index, as in trainer_image/Dockerfile)
-#   --torch "REQS"           the trainer's torch requirements (default "torch>=2.1 torchvision>=0.16")
-#   --trainer-variant V      cpu (default) or a CUDA tag of the PyTorch index (cu124, ...)
+#   --torch-index-url URL    another index for the trainer's torch and torchvision (TORCH_INDEX_URL;
+#                            default: none, or the variant's PyTorch index with --trainer-variant)
+#   --trainer-variant V      cpu, cu126, ...: the trainer from requirements/trainer-V.lock (VARIANT);
+#                            default: requirements/trainer.lock (torch as PyPI serves it)
 #   --mirror URL             Debian mirror for debootstrap (default: the first one apt uses, else deb.debian.org)
 #   --cache DIR              where the base image's root filesystem tarball is kept between runs
 #                            (default /var/cache/pets-operator-images)
@@ -34,8 +36,7 @@ INDEX_URL=""
 EXTRA_INDEX_URLS=()
 SERVE_DIRS=()
 TORCH_INDEX_URL=""
-TORCH_REQUIREMENTS="torch>=2.1 torchvision>=0.16"
-VARIANT=cpu
+VARIANT=""
 MIRROR=""
 CACHE=/var/cache/pets-operator-images
 ONLY=""
@@ -53,7 +54,7 @@ while [ $# -gt 0 ]; do
     --extra-index-url) EXTRA_INDEX_URLS+=("$2"); shift 2 ;;
     --serve-index) SERVE_DIRS+=("$2"); shift 2 ;;
     --torch-index-url) TORCH_INDEX_URL=$2; shift 2 ;;
-    --torch) TORCH_REQUIREMENTS=$2; shift 2 ;;
+    --torch) die "--torch is gone: the trainer's torch is pinned in requirements/trainer.lock (TORCH_PINS in the Makefile, then make locks)" ;;
     --trainer-variant) VARIANT=$2; shift 2 ;;
     --mirror) MIRROR=$2; shift 2 ;;
     --cache) CACHE=$2; shift 2 ;;
@@ -66,7 +67,9 @@ while [ $# -gt 0 ]; do
 done
 case "$ONLY" in ""|operator|trainer) ;; *) die "--only must be operator or trainer, got $ONLY" ;; esac
 [ -z "$CA_BUNDLE" ] || [ -r "$CA_BUNDLE" ] || die "--ca-bundle $CA_BUNDLE is not a readable file"
-[[ "$VARIANT" =~ ^(cpu|cu[0-9]+|rocm[0-9.]+)$ ]] || die "--trainer-variant must be cpu, cuNNN or rocmX.Y, got $VARIANT"
+[[ "$VARIANT" =~ ^(|cpu|cu[0-9]+|rocm[0-9.]+|xpu)$ ]] || die "--trainer-variant must be cpu, cuNNN, rocmX.Y or xpu, got $VARIANT"
+[ -z "$VARIANT" ] || [ -f "requirements/trainer-$VARIANT.lock" ] \
+  || die "no requirements/trainer-$VARIANT.lock: make locks LOCKS_ARGS='--torch-backend $VARIANT' (needs the PyTorch index)"
 
 # The base image a Dockerfile builds FROM, with its ARG defaults filled in.
 base_image_of() {
@@ -185,7 +188,7 @@ if [ "$ONLY" != trainer ]; then
 fi
 if [ "$ONLY" != operator ]; then
   ensure_base "$(base_image_of trainer_image/Dockerfile)"
-  TRAINER_ARGS=(--build-arg "VARIANT=$VARIANT" --build-arg "TORCH_REQUIREMENTS=$TORCH_REQUIREMENTS")
+  TRAINER_ARGS=(--build-arg "VARIANT=$VARIANT")
   [ -z "$TORCH_INDEX_URL" ] || TRAINER_ARGS+=(--build-arg "TORCH_INDEX_URL=$TORCH_INDEX_URL")
   build "$TRAINER_IMAGE" "${BUILD_ARGS[@]}" "${TRAINER_ARGS[@]}" -f trainer_image/Dockerfile
 fi

@@ -23,7 +23,7 @@ The operator also reads the tutorial's own progress line, `accelerator.print(f"e
 a line that ends in `epoch <N>: <percent>` (`epoch 0: 88.12`, also behind a `[rank0]:` tag or a
 timestamp) is an epoch event `{"event": "epoch", "epoch": 0, "accuracy": 0.8812, "printed": true}`
 (`parse_progress_line`). The JSON line of the same epoch, when there is one, is the exact figure and
-wins (`pets_operator.metrics.merge_epochs`).
+wins (`pets_operator.epochs.merge_epochs`).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
     client = PetsTrainingJobClient()                      # in-cluster, else KUBECONFIG / ~/.kube/config
     job = client.submit("pets", num_nodes=2, epochs=3, model="resnet50d",
                         data={"persistentVolumeClaim": {"claimName": "pets-images"}})
-    job.wait(timeout=3600)                                # a live display: a bar in Jupyter, lines elsewhere
+    job.wait(timeout=3600)                                # watches the job; a live bar in Jupyter, lines elsewhere
     job.epochs()                                          # [{"epoch": 0, "accuracy": 0.88, ...}, ...]
     job.plot()                                            # accuracy (and train loss) per epoch
     job.logs(follow=True)                                 # pod 0's output as it comes (a failed job: the failed worker's)
@@ -19,6 +19,7 @@ To ship a notebook's own training function instead of the built-in recipe, see
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -32,6 +33,10 @@ from pets_api.phases import FAILED, FINAL_PHASES
 from . import progress as progress_display
 
 FINISHED = FINAL_PHASES
+WATCH_SECONDS = 300  # one watch request at most this long; the next resumes where it ended
+WATCH_GRACE = 30  # beyond the server's own end of a watch before the client gives up on the connection
+WATCH_RETRY_SECONDS = 1.0  # after a dropped watch connection
+CONNECT_SECONDS = 10
 IN_CLUSTER_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -156,30 +161,31 @@ class PetsTrainingJob:
         """One entry per finished epoch: {epoch, accuracy, trainLoss?, seconds?}."""
         return list(self.status().get("epochs") or [])
 
-    def wait(self, timeout: float | None = 3600, poll: float = 2.0, phases: Iterable[str] = FINISHED,
+    def wait(self, timeout: float | None = 3600, phases: Iterable[str] = FINISHED,
              on_epoch: Callable[[dict[str, Any]], Any] | None = None,
              raise_on_failure: bool = False, display: bool = True,
              total_epochs: int | None = None) -> dict[str, Any]:
         """Block until the phase is one of `phases`; return the status then.
 
-        `total_epochs`: the epochs the display counts to for a shipped function (`cluster_launcher`), whose
-        loop only the notebook knows; the built-in recipe's is spec.epochs.
+        It watches the job (`PetsTrainingJobClient.watch_raw`): each change of its status arrives as
+        the operator writes it, no polling. `display` shows the progress live: in Jupyter a bar over
+        the epochs (phase, latest and best accuracy) that updates in place, elsewhere one line per
+        phase change and per epoch. `on_epoch` is called once for each epoch entry as it appears.
+        Raises TimeoutError after `timeout` seconds (None: no limit), JobFailed (with the job's
+        status.message) for phase Failed when `raise_on_failure` is set, and PetsClientError (404)
+        when the job is deleted meanwhile.
 
-        `display` shows the progress live: in Jupyter a bar over the epochs (phase, latest and best
-        accuracy) that updates in place, elsewhere one line per phase change and per epoch.
-        `on_epoch` is called once for each epoch entry as it appears. Raises TimeoutError after
-        `timeout` seconds (None: no limit), and JobFailed (with the job's status.message) for phase
-        Failed when `raise_on_failure` is set."""
+        `total_epochs`: the epochs the display counts to for a shipped function (`cluster_launcher`), whose
+        loop only the notebook knows; the built-in recipe's is spec.epochs."""
         wanted = set(phases)
         if not wanted:
             raise ValueError("phases must name at least one phase")
-        deadline = None if timeout is None else time.monotonic() + timeout
         shown = progress_display.live_display(self.name) if display else None
         reported = 0
+        phase = None
         current = progress_display.Progress(self.name)
         try:
-            while True:
-                resource = self.get()
+            for resource in self.client.watch_raw(self.name, self.namespace, timeout=timeout):
                 status = resource.get("status") or {}
                 current = progress_display.progress(self.name, resource, total_epochs)
                 if shown is not None:
@@ -194,10 +200,8 @@ class PetsTrainingJob:
                     if raise_on_failure and phase == FAILED:
                         raise JobFailed(f"{self.namespace}/{self.name}", status)
                     return status
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(f"{self.namespace}/{self.name} is {phase or 'not started'} after {timeout:g}s; "
-                                       f"waited for {', '.join(sorted(wanted))}")
-                time.sleep(poll)
+            raise TimeoutError(f"{self.namespace}/{self.name} is {phase or 'not started'} after {timeout:g}s; "
+                               f"waited for {', '.join(sorted(wanted))}")
         finally:
             if shown is not None:
                 shown.close(current)
@@ -330,6 +334,60 @@ class PetsTrainingJobClient:
     def get_raw(self, name: str, namespace: str | None = None) -> dict[str, Any]:
         return self._call(self.custom.get_namespaced_custom_object, GROUP, VERSION,
                           namespace or self.namespace, PLURAL, name)
+
+    def watch_raw(self, name: str, namespace: str | None = None, timeout: float | None = None) -> Iterator[dict[str, Any]]:
+        """The job as the API server has it now, then again at each change, until `timeout` seconds have
+        passed (None: for ever); the caller stops early by leaving the loop.
+
+        One WATCH of the job (field selector `metadata.name`) from the resourceVersion of a first GET,
+        renewed from the last version seen when the server ends it (every WATCH_SECONDS); a version the
+        server no longer has (410 Gone) starts again from a fresh GET. PetsClientError (404) when the
+        job is not there or is deleted."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError
+
+        namespace = namespace or self.namespace
+        deadline = None if timeout is None else time.monotonic() + timeout
+        version: str | None = None
+        while True:
+            if version is None:
+                job = self.get_raw(name, namespace)
+                version = job["metadata"]["resourceVersion"]
+                yield job
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            seconds = WATCH_SECONDS if remaining is None else min(WATCH_SECONDS, remaining)
+            # The server ends the watch after timeoutSeconds (whole seconds); the read timeout ends a
+            # silent one at the deadline itself.
+            read_timeout = seconds if remaining is not None and remaining < WATCH_SECONDS else seconds + WATCH_GRACE
+            events = watch.Watch().stream(
+                self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
+                field_selector=f"metadata.name={name}", resource_version=version,
+                timeout_seconds=max(1, math.ceil(seconds)), _request_timeout=(CONNECT_SECONDS, read_timeout))
+            try:
+                for event in events:
+                    job = event["raw_object"]
+                    if event["type"] == "DELETED":
+                        raise PetsClientError(f"{namespace}/{name} was deleted", 404)
+                    version = job["metadata"].get("resourceVersion") or version
+                    if event["type"] != "BOOKMARK":
+                        yield job
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return
+            except ApiException as error:
+                if error.status != 410:  # 410 Gone: the version is too old to watch from
+                    raise _api_error(error) from None
+                version = None
+            except (ReadTimeoutError, MaxRetryError) as error:
+                if isinstance(error, MaxRetryError) and not isinstance(error.reason, ReadTimeoutError):
+                    raise
+                # silent until the deadline (or the server missed its timeoutSeconds): checked above
+            except ProtocolError:
+                time.sleep(WATCH_RETRY_SECONDS)  # the connection dropped: resume from the last version
+            finally:
+                events.close()
 
     def jobs(self, namespace: str | None = None, label_selector: str | None = None) -> list[PetsTrainingJob]:
         namespace = namespace or self.namespace

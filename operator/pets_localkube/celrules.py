@@ -67,7 +67,7 @@ _RESERVED = frozenset(("true", "false", "null", "in", "as", "break", "const", "c
 _ESCAPES = {"__": "__underscores__", ".": "__dot__", "-": "__dash__", "/": "__slash__"}
 _ESCAPE_MATCHER = re.compile(r"(__|[-./]|[^a-zA-Z0-9\-./_])")
 
-# What the engine evaluates natively (each one is exercised by tests/local/test_cel_rules.py):
+# What the engine evaluates natively (each one is exercised by tests/localkube/test_cel_rules.py):
 # operators, the standard functions, macros (has, all, exists, exists_one, map, filter: not
 # reported as functions) and the optional-value methods.
 _NATIVE_FUNCTIONS = frozenset((

@@ -6,6 +6,7 @@ import atexit
 import socket
 import threading
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any, Iterable
 
 import yaml
@@ -14,6 +15,7 @@ from aiohttp import web
 from . import errors, gang
 from .client import Client
 from .kubelet import Kubelet
+from .runtimes.simulated import PLAIN, Workload
 from .scheduler import Scheduler
 from .server import ApiServer
 
@@ -44,19 +46,24 @@ class LocalCluster:
         with LocalCluster(workdir=tmp, cpu=2, crds=[Path("manifests/crd.yaml")]) as cluster:
             subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "get", "pods"])
 
-    `crds` are manifest files or CRD objects (e.g. `pets_api.packaged.crd()`), applied at start.
+    `crds` are manifest files or CRD objects, applied at start.
     A deleted pod's directory and logs are removed, as on a node; `keep_logs=True` keeps the logs
     (`<workdir>/logs/<namespace>_<pod>_<uid>/`). Stopping the cluster leaves every file in place.
     `gang_scheduler` (e.g. "scheduler-plugins-scheduler"): the scheduler also serves pods of that
     schedulerName, placing Coscheduling pod groups all or nothing, and the PodGroup kind is served (`gang.py`).
-    `simulate=True`: every pod is simulated (no process; `simulated.py`); else only pods that ask for it.
-    `runtime="docker"`: containers run as docker containers from their images (`docker_runtime.py`).
+    `simulate=True`: every pod is simulated (no process; `runtimes/simulated.py`); else only pods that ask for it.
+    `runtime="docker"`: containers run as docker containers from their images (`runtimes/docker.py`).
+
+    The cluster knows no workload; what it needs of one is handed in: `entrypoints` (image repository ->
+    the command of a container that sets none; none by default) and `workload` (what simulated pods
+    print; by default plain lines). `product.py` holds the pets trainer's.
     """
 
     def __init__(self, workdir: Path, cpu: float = 2, memory: str = "8Gi", gpus: int = 0,
                  crds: Iterable[Path | dict[str, Any]] = (), host: str = "127.0.0.1", port: int = 0,
-                 entrypoints: dict[str, list[str]] | None = None, node_name: str = NODE_NAME, keep_logs: bool = False,
-                 gang_scheduler: str | None = None, simulate: bool = False, runtime: str = "process"):
+                 entrypoints: Mapping[str, Sequence[str]] | None = None, node_name: str = NODE_NAME, keep_logs: bool = False,
+                 gang_scheduler: str | None = None, simulate: bool = False, runtime: str = "process",
+                 workload: Workload = PLAIN):
         self.workdir = Path(workdir).resolve()
         self.simulate = simulate
         self.runtime = runtime
@@ -69,6 +76,7 @@ class LocalCluster:
         if gpus:
             self.capacity["nvidia.com/gpu"] = str(gpus)
         self.entrypoints = entrypoints
+        self.workload = workload
         self.keep_logs = keep_logs
         self.node_name = node_name
         self.url = ""
@@ -140,7 +148,8 @@ class LocalCluster:
                 self._create_now(manifest)
         async with Client(self.url) as scheduler_client, Client(self.url) as kubelet_client:
             self.kubelet = Kubelet(kubelet_client, self.node_name, self.workdir, self.capacity, self.entrypoints,
-                                   keep_logs=self.keep_logs, simulate=self.simulate, runtime=self.runtime)
+                                   keep_logs=self.keep_logs, simulate=self.simulate, runtime=self.runtime,
+                                   workload=self.workload)
             await self.kubelet.register_node()
             tasks = [asyncio.create_task(Scheduler(scheduler_client, self.node_name, self.gang_scheduler).run()),
                      asyncio.create_task(self.kubelet.run())]

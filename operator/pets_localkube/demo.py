@@ -163,7 +163,7 @@ def print_final(job: dict[str, Any], kubeconfig: Path, out=sys.stdout) -> None:
 def main(argv: list[str] | None = None) -> int:
     from kubernetes import client, config
 
-    from pets_localkube import LocalCluster
+    from pets_localkube import LocalCluster, product
 
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     job = apply_overrides(load_single(job_text(args.job), args.job or "the sample job"), args.overrides)
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"Starting a local cluster (emulated API server + local kubelet, {args.cpu:g} CPUs) in {workdir}", flush=True)
     # keep_logs: the logs of every attempt stay in <workdir>/logs, also of pods a group restart deleted.
-    with LocalCluster(workdir=workdir, cpu=args.cpu, crds=crds, keep_logs=True) as cluster:
+    with LocalCluster(workdir=workdir, cpu=args.cpu, crds=crds, keep_logs=True, entrypoints=product.ENTRYPOINTS,
+                      workload=product.TRAINER) as cluster:
         print(f"  API server {cluster.url}; kubeconfig {cluster.kubeconfig}", flush=True)
         with operator_process(cluster.kubeconfig, workdir / "operator.log") as operator:
             print(f"  operator running (pid {operator.pid}, log {workdir / 'operator.log'})", flush=True)

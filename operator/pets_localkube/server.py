@@ -3,26 +3,27 @@
 It serves discovery (`/api`, `/apis`, `/apis/<g>/<v>`), the built-in resources the operator,
 kubectl and kopf use, and any custom resource of an applied CRD, with lists, watches (each
 stream is a `watch.WatchStream`), `Table`s, the status subresource, pod bindings and pod logs.
+Each method of each path shape (`routes.py`) is a route with a handler of its own.
 """
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from aiohttp import web
 
-from . import errors, logs, openapi, protobuf
+from . import errors, logs, openapi, protobuf, routes
 from .apimetrics import RequestCounter
 from .collector import Collector
-from .resources import Registry, ResourceType
+from .resources import Registry
+from .routes import Target, not_found, target_of
 from .selectors import parse_field_selector, parse_label_selector
-from .storage import POD_KEY, TERMINAL_POD_PHASES, Storage
+from .storage import POD_KEY, Storage
 from .store import Store
 from .tables import to_table, wants_table
 from .watch import WatchOptions, WatchStream, query_flag
@@ -32,21 +33,10 @@ logger = logging.getLogger(__name__)
 SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pets-local", "platform": "linux/amd64",
                   "gitCommit": "local", "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z",
                   "goVersion": "go1.23", "compiler": "gc"}
-LOG_POLL_INTERVAL = 0.1
 DRY_RUN_ALL = "All"  # the one dryRun value the API defines
 # Request body media types (a PATCH's own types are checked by patch.apply_patch).
 _JSON_TYPES = ("", "application/json", "*/*")
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
-
-
-@dataclass
-class Target:
-    """A parsed resource path: /api(s)/<gv>/[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]."""
-    resource: ResourceType
-    version: str
-    namespace: str | None
-    name: str | None
-    subresource: str | None
 
 
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
@@ -68,8 +58,9 @@ class ApiServer:
     # --- application -----------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.requests.middleware, self._errors], client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        app = web.Application(middlewares=[self.requests.middleware, self._errors, self._unrouted],
+                              client_max_size=64 * 1024 * 1024)
+        app.router.add_routes(self._routes())
         app.on_startup.append(self._start)
         app.on_shutdown.append(self._shutdown)
         return app
@@ -103,116 +94,126 @@ class ApiServer:
             logger.exception("internal error on %s %s", request.method, request.path)
             return _json(errors.ApiError(500, "InternalError", f"Internal error occurred: {error}").status(), status=500)
 
+    @web.middleware
+    async def _unrouted(self, request: web.Request, handler):
+        """What no route takes, answered as the API server answers it: 405 for a method the path's routes
+        do not take (once the path names something served), else 404; both as a `Status`."""
+        refused = request.match_info.http_exception
+        if refused is None:
+            return await handler(request)
+        if isinstance(refused, web.HTTPMethodNotAllowed):
+            taken = await request.app.router.resolve(request.clone(method=min(refused.allowed_methods)))
+            routes.named_by(self.registry, taken)
+            raise errors.method_not_allowed()
+        raise not_found()
+
+    # --- routing -----------------------------------------------------------------------------
+
+    def _routes(self) -> list[web.RouteDef]:
+        def route(method: str, path: str, handler: Callable) -> web.RouteDef:
+            return web.route(method, path + routes.TRAILING_SLASH, handler)
+
+        table = [route("*", path, handler) for path, handler in (
+            ("/version", self._version), ("/healthz", self._healthy), ("/readyz", self._healthy), ("/livez", self._healthy),
+            ("/metrics", self._metrics), ("/api", self._api_versions), ("/apis", self._api_groups),
+            ("/openapi/v3", self._openapi_root), ("/openapi/v3/api/{version}", self._openapi_group_version),
+            ("/openapi/v3/apis/{group}/{version}", self._openapi_group_version))]
+        table += [route("GET", path, self._discovery) for path in routes.DISCOVERY]
+        handlers = {
+            "collection": {"GET": self._list, "POST": self._create, "DELETE": self._delete_collection},
+            "object": {"GET": self._get, "PUT": self._replace, "PATCH": self._patch, "DELETE": self._delete},
+            "subresource": {"GET": self._get, "PUT": self._replace, "PATCH": self._patch},
+            "log": {"GET": self._pod_log},
+            "binding": {"POST": self._bind},
+        }
+        for root in (routes.CORE, routes.GROUPS):
+            for shape, paths in routes.resource_paths(root).items():
+                table += [route(method, path, handler) for path in paths for method, handler in handlers[shape].items()]
+        return table
+
+    def _target(self, request: web.Request) -> Target:
+        return target_of(self.registry, request.match_info)
+
+    # --- fixed paths and discovery -----------------------------------------------------------
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return _json(SERVER_VERSION)
+
+    async def _healthy(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return self.requests.response()
+
     async def _api_versions(self, request: web.Request) -> web.Response:
         return _json({"kind": "APIVersions", "versions": ["v1"],
                       "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]})
 
-    # --- routing -----------------------------------------------------------------------------
+    async def _api_groups(self, request: web.Request) -> web.Response:
+        return _json(self.registry.api_group_list())
+
+    async def _discovery(self, request: web.Request) -> web.Response:
+        return _json(routes.discovery_of(self.registry, request.match_info))
+
+    async def _openapi_root(self, request: web.Request) -> web.Response:
+        return _json(openapi.root_document(self.registry))  # v2 is protobuf-only on real servers; kubectl uses v3
+
+    async def _openapi_group_version(self, request: web.Request) -> web.Response:
+        match = request.match_info
+        document = openapi.group_version_document(self.registry, match.get("group", ""), match["version"])
+        if document is None:
+            raise not_found()
+        return _json(document)
+
+    # --- objects -----------------------------------------------------------------------------
 
     @staticmethod
-    def _found(document: dict[str, Any] | None, error: errors.ApiError) -> dict[str, Any]:
-        if document is None:
-            raise error
-        return document
+    def _strict(request: web.Request) -> bool:
+        return request.query.get("fieldValidation") == "Strict"
 
-    def _parse(self, path: str) -> Target | dict[str, Any]:
-        parts = [p for p in path.split("/") if p]
-        not_found = errors.ApiError(404, "NotFound", "the server could not find the requested resource")
-        if parts[:2] == ["api", "v1"]:
-            group, version, rest = "", "v1", parts[2:]
-        elif len(parts) >= 2 and parts[0] == "apis":
-            group = parts[1]
-            if len(parts) == 2:
-                return self._found(self.registry.api_group(group), not_found)
-            version, rest = parts[2], parts[3:]
-        else:
-            raise not_found
-        if not rest:
-            return self._found(self.registry.api_resource_list(group, version), not_found)
-        namespace = None
-        if rest[0] == "namespaces" and len(rest) >= 3 and not (group == "" and rest[2] in ("status", "finalize") and len(rest) == 3):
-            namespace, rest = rest[1], rest[2:]
-        if len(rest) > 3:
-            raise not_found
-        resource = self.registry.find(group, version, rest[0])
-        if resource is None or (namespace is not None and not resource.namespaced):
-            raise not_found
-        name = rest[1] if len(rest) > 1 else None
-        subresource = rest[2] if len(rest) > 2 else None
-        if subresource and subresource not in resource.subresources:
-            raise not_found
-        if name and resource.namespaced and namespace is None:
-            raise not_found
-        return Target(resource, version, namespace, name, subresource)
+    async def _create(self, request: web.Request) -> web.Response:
+        target = self._target(request)
+        dry_run = self._dry_run(request, "CreateOptions")
+        obj, warnings = self.storage.create(target.resource, target.namespace, await self._body(request), target.version,
+                                            self._strict(request), dry_run=dry_run)
+        return _json(obj, 201, warnings)
 
-    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        path = request.path.rstrip("/") or "/"
-        if path == "/version":
-            return _json(SERVER_VERSION)
-        if path in ("/healthz", "/readyz", "/livez"):
-            return web.Response(text="ok")
-        if path == "/metrics":
-            return self.requests.response()
-        if path == "/api":
-            return await self._api_versions(request)
-        if path == "/apis":
-            return _json(self.registry.api_group_list())
-        if path.startswith("/openapi"):
-            return self._openapi(path)
-        target = self._parse(path)
-        if isinstance(target, dict):
-            if request.method != "GET":
-                raise errors.method_not_allowed()
-            return _json(target)
-        method, query = request.method, request.query
-        strict = query.get("fieldValidation") == "Strict"
+    async def _get(self, request: web.Request) -> web.Response:
+        target = self._target(request)
         storage, resource = self.storage, target.resource
-        if target.name is None:
-            if method == "GET":
-                return await (self._watch(request, target) if query_flag(query, "watch") else self._list(request, target))
-            if method == "POST":
-                dry_run = self._dry_run(request, "CreateOptions")
-                obj, warnings = storage.create(resource, target.namespace, await self._body(request), target.version, strict,
-                                               dry_run=dry_run)
-                return _json(obj, 201, warnings)
-            if method == "DELETE":
-                return await self._delete_collection(request, target)
-            raise errors.method_not_allowed()
-        if target.subresource == "log":
-            if method != "GET":
-                raise errors.method_not_allowed()
-            return await self._pod_log(request, target)
-        if target.subresource == "binding":
-            if method != "POST":
-                raise errors.method_not_allowed()
-            if self._dry_run(request, "CreateOptions"):
-                raise errors.bad_request("dryRun is not supported for pods/binding by the local API server")
-            return _json(storage.bind(target.namespace, target.name, await self._body(request)), 201)
-        if method == "GET":
-            obj = storage._versioned(storage.get(resource, target.namespace, target.name), resource, target.version)
-            if wants_table(request.headers.get("Accept", "")):
-                # `kubectl get KIND NAME` asks for a Table as `kubectl get KIND` does: the same columns.
-                return _json(to_table(resource, target.version, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
-                                      include_object=query.get("includeObject")))
-            return _json(obj)
-        if method == "PUT":
-            dry_run = self._dry_run(request, "UpdateOptions")
-            obj, warnings = storage.update(resource, target.namespace, target.name, await self._body(request),
-                                           target.subresource, target.version, strict, dry_run=dry_run)
-            return _json(obj, 200, warnings)
-        if method == "PATCH":
-            dry_run = self._dry_run(request, "PatchOptions")
-            content_type = request.headers.get("Content-Type", "")
-            obj, warnings = storage.patch(resource, target.namespace, target.name, content_type, await self._body(request),
-                                          target.subresource, target.version, strict, dry_run=dry_run)
-            return _json(obj, 200, warnings)
-        if method == "DELETE":
-            if target.subresource:
-                raise errors.method_not_allowed()
-            options = await self._delete_options(request)
-            dry_run = self._dry_run(request, "DeleteOptions", options.get("dryRun"))
-            return _json(storage.delete(resource, target.namespace, target.name, options, dry_run=dry_run))
-        raise errors.method_not_allowed()
+        obj = storage._versioned(storage.get(resource, target.namespace, target.name), resource, target.version)
+        if wants_table(request.headers.get("Accept", "")):
+            # `kubectl get KIND NAME` asks for a Table as `kubectl get KIND` does: the same columns.
+            return _json(to_table(resource, target.version, [obj], {"resourceVersion": obj["metadata"].get("resourceVersion", "")},
+                                  include_object=request.query.get("includeObject")))
+        return _json(obj)
+
+    async def _replace(self, request: web.Request) -> web.Response:
+        target = self._target(request)
+        dry_run = self._dry_run(request, "UpdateOptions")
+        obj, warnings = self.storage.update(target.resource, target.namespace, target.name, await self._body(request),
+                                            target.subresource, target.version, self._strict(request), dry_run=dry_run)
+        return _json(obj, 200, warnings)
+
+    async def _patch(self, request: web.Request) -> web.Response:
+        target = self._target(request)
+        dry_run = self._dry_run(request, "PatchOptions")
+        content_type = request.headers.get("Content-Type", "")
+        obj, warnings = self.storage.patch(target.resource, target.namespace, target.name, content_type, await self._body(request),
+                                           target.subresource, target.version, self._strict(request), dry_run=dry_run)
+        return _json(obj, 200, warnings)
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        target = self._target(request)
+        options = await self._delete_options(request)
+        dry_run = self._dry_run(request, "DeleteOptions", options.get("dryRun"))
+        return _json(self.storage.delete(target.resource, target.namespace, target.name, options, dry_run=dry_run))
+
+    async def _bind(self, request: web.Request) -> web.Response:
+        target = self._target(request)
+        if self._dry_run(request, "CreateOptions"):
+            raise errors.bad_request("dryRun is not supported for pods/binding by the local API server")
+        return _json(self.storage.bind(target.namespace, target.name, await self._body(request)), 201)
 
     @staticmethod
     def _dry_run(request: web.Request, options_kind: str, in_body: Any = None) -> bool:
@@ -229,22 +230,6 @@ class ApiServer:
                 "reason": "FieldValueNotSupported", "field": "dryRun",
                 "message": f'Unsupported value: []string{{{listed}}}: supported values: "{DRY_RUN_ALL}"'}])
         return True
-
-    def _openapi(self, path: str) -> web.Response:
-        parts = [p for p in path.split("/") if p]
-        not_found = errors.ApiError(404, "NotFound", "the server could not find the requested resource")
-        if parts[:2] != ["openapi", "v3"]:
-            raise not_found  # v2 is protobuf-only on real servers; kubectl uses v3 when it is there
-        if len(parts) == 2:
-            return _json(openapi.root_document(self.registry))
-        rest = parts[2:]
-        if rest[0] == "api" and len(rest) == 2:
-            group, version = "", rest[1]
-        elif rest[0] == "apis" and len(rest) == 3:
-            group, version = rest[1], rest[2]
-        else:
-            raise not_found
-        return _json(self._found(openapi.group_version_document(self.registry, group, version), not_found))
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -302,7 +287,10 @@ class ApiServer:
         items = self.store.items(target.resource.key, target.namespace)
         return [self.storage._versioned(o, target.resource, target.version) for o in items if matches(o)]
 
-    async def _list(self, request: web.Request, target: Target) -> web.Response:
+    async def _list(self, request: web.Request) -> web.StreamResponse:
+        target = self._target(request)
+        if query_flag(request.query, "watch"):
+            return await self._watch(request, target)
         items = self._items(request, target)
         meta = {"resourceVersion": str(self.store.resource_version)}
         if wants_table(request.headers.get("Accept", "")):
@@ -310,7 +298,8 @@ class ApiServer:
         return _json({"kind": target.resource.list_kind, "apiVersion": target.resource.api_version(target.version),
                       "metadata": meta, "items": items})
 
-    async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
+    async def _delete_collection(self, request: web.Request) -> web.Response:
+        target = self._target(request)
         options = await self._delete_options(request)
         dry_run = self._dry_run(request, "DeleteOptions", options.get("dryRun"))
         deleted = []
@@ -332,7 +321,8 @@ class ApiServer:
 
     # --- pod logs ----------------------------------------------------------------------------
 
-    async def _pod_log(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _pod_log(self, request: web.Request) -> web.StreamResponse:
+        target = self._target(request)
         query = request.query
         pod = self.storage.get(target.resource, target.namespace, target.name)
         names = [c["name"] for c in pod["spec"].get("containers") or []]
@@ -346,67 +336,17 @@ class ApiServer:
         path = logs.container_log_path(self.log_root, pod, container)
         if not path.exists():
             raise errors.bad_request(f'container "{container}" in pod "{target.name}" is waiting to start: ContainerCreating')
-        since = None
-        if query.get("sinceTime"):
-            try:
-                since = logs.parse_time(query["sinceTime"])
-            except ValueError:
-                raise errors.bad_request(f"invalid sinceTime {query['sinceTime']!r}") from None
-        elif query.get("sinceSeconds"):
-            since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=int(query["sinceSeconds"]))
-        tail = int(query["tailLines"]) if query.get("tailLines") else None
-        limit = int(query["limitBytes"]) if query.get("limitBytes") else None
-        timestamps = query_flag(query, "timestamps")
-        follow = query_flag(query, "follow")
+        try:
+            options = logs.LogOptions.from_query(query)
+        except ValueError as error:
+            raise errors.bad_request(str(error)) from None
+        uid = pod["metadata"]["uid"]
+
+        def finished() -> bool:
+            current = self.store.peek(POD_KEY, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            return logs.container_finished(current, uid, container)
 
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
-        sent = 0
-
-        async def write(lines: list[str]) -> bool:
-            nonlocal sent
-            data = "".join(logs.render(line, timestamps) for line in lines).encode()
-            if limit is not None:
-                data = data[: max(0, limit - sent)]
-            sent += len(data)
-            if data:
-                await response.write(data)
-            return limit is None or sent < limit
-
-        with path.open("r", encoding="utf-8", errors="replace") as stream:
-            existing = stream.readlines()
-            pending = existing[-1] if existing and not existing[-1].endswith("\n") else ""
-            complete = existing[:-1] if pending else existing
-            if not await write(logs.select_lines(complete, since, tail)) or not follow:
-                if not follow and pending:
-                    await write([pending])
-                return response
-            while not self.closing.is_set():
-                chunk = stream.readline()
-                if chunk:
-                    pending += chunk
-                    if pending.endswith("\n"):
-                        if not await write(logs.select_lines([pending], since)):
-                            return response
-                        pending = ""
-                    continue
-                if self._container_finished(pod, container):
-                    rest = stream.read()
-                    if pending or rest:
-                        await write(logs.select_lines((pending + rest).splitlines(keepends=True), since))
-                    return response
-                await asyncio.sleep(LOG_POLL_INTERVAL)
+        await logs.stream(path, options, response.write, finished, self.closing)
         return response
-
-    def _container_finished(self, pod: dict[str, Any], container: str) -> bool:
-        """The log is complete once the pod is gone or finished, or its container stopped for good."""
-        current = self.store.peek(POD_KEY, pod["metadata"]["namespace"], pod["metadata"]["name"])
-        if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
-            return True
-        status = current.get("status") or {}
-        if status.get("phase") in TERMINAL_POD_PHASES:
-            return True
-        for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
-            if entry.get("name") == container and "terminated" in (entry.get("state") or {}):
-                return current["spec"].get("restartPolicy") == "Never" or bool(current["metadata"].get("deletionTimestamp"))
-        return False

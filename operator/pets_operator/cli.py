@@ -10,7 +10,7 @@ import sys
 # `pets_localkube`, which the operator image does not ship; pets_operator never imports it.
 SUBCOMMANDS = {
     "run": ("pets_operator.run", "run the operator against the cluster in KUBECONFIG / in-cluster config"),
-    "local": ("pets_localkube.cli", "a local cluster with no Kubernetes: emulated API server + local kubelet"),
+    "local": ("pets_localkube.product", "a local cluster with no Kubernetes: emulated API server + local kubelet"),
     "demo": ("pets_localkube.demo", "the no-cluster demo: local cluster, real operator, sample job, live status"),
 }
 

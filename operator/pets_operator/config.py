@@ -14,9 +14,6 @@ from .reconcile.step import RESTART_BACKOFF_SECONDS as DEFAULT_RESTART_BACKOFF_S
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080
 DEFAULT_METRICS_PORT = 0  # no /metrics unless asked for (the chart asks for it)
-# How pod 0's log is followed: "asyncio" (every log on the event loop, one session) or "threads" (a thread and a
-# blocking connection per log, the design before; kept as the benchmark's baseline).
-LOG_FOLLOWERS = ("asyncio", "threads")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -34,9 +31,8 @@ class OperatorConfig:
     # None: a random one per process (the highest live replica serves, the others wait).
     priority: int | None = None
     liveness_port: int = DEFAULT_LIVENESS_PORT
-    # Prometheus metrics on http://0.0.0.0:<port>/metrics (`prometheus.py`); 0: none.
+    # Prometheus metrics on http://0.0.0.0:<port>/metrics (`metrics.py`); 0: none.
     metrics_port: int = DEFAULT_METRICS_PORT
-    log_follower: str = "asyncio"
     # The trainer container's command; only images with another entrypoint (or tests' stand-ins) change it.
     trainer_command: tuple[str, ...] = TRAINER_COMMAND
     # A NetworkPolicy per job admitting ingress to its pods only from its own pods; off for clusters whose
@@ -74,9 +70,6 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
     metrics_port = _port(environ, "PETS_OPERATOR_METRICS_PORT", DEFAULT_METRICS_PORT)  # 0: no /metrics
     if metrics_port and metrics_port == port:
         raise ConfigError(f"PETS_OPERATOR_METRICS_PORT and PETS_OPERATOR_LIVENESS_PORT must differ, both are {port}")
-    follower = environ.get("PETS_OPERATOR_LOG_FOLLOWER", "").strip().lower() or LOG_FOLLOWERS[0]
-    if follower not in LOG_FOLLOWERS:
-        raise ConfigError(f"PETS_OPERATOR_LOG_FOLLOWER must be one of {', '.join(LOG_FOLLOWERS)}, got {follower!r}")
     return OperatorConfig(
         trainer_command=_command(environ.get("PETS_OPERATOR_TRAINER_COMMAND", "").strip()),
         namespaces=namespaces,
@@ -86,7 +79,6 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
         priority=_priority(environ.get("PETS_OPERATOR_PRIORITY", "").strip()),
         liveness_port=port,
         metrics_port=metrics_port,
-        log_follower=follower,
         network_policy=_switch("PETS_OPERATOR_NETWORK_POLICY", environ.get("PETS_OPERATOR_NETWORK_POLICY", ""),
                                default=True),
         coscheduling_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_COSCHEDULING_SCHEDULER_NAME", "coscheduling"),

@@ -6,7 +6,7 @@ Everything the operator decides lives in `reconcile`; everything it does to one 
 Operator-wide state lives in kopf's `memo`, set up at startup (kopf hands each object a shallow
 copy, so every handler shares these objects): the
 configuration, the API client, the thread pool for blocking API calls, the followed pod logs
-(`logstreams`), the Prometheus metrics (`prometheus`: fed by a job event handler), and the wakeups of the
+(`logfollow`), the Prometheus metrics (`metrics`: fed by a job event handler), and the wakeups of the
 job daemons. The pod index stays a pure function of the pods; waking a job's daemon when one of
 its pods changes is a separate pod event handler, which kopf runs after the index is updated.
 
@@ -32,10 +32,10 @@ from pets_api import GROUP, KIND, PLURAL, VERSION
 
 from pets_api import names
 
-from . import prometheus
+from . import metrics
 from .config import from_environ
 from .kube import Kube, KubeError, load_api_client
-from .logstreams import LogStreams
+from .logfollow import LogStreams
 from .occupants import occupant
 from .reconcile import Event
 from .refusals import backoff_seconds
@@ -83,16 +83,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger, **
     settings.watching.client_timeout = 330
     settings.background.instant_exit_timeout = DAEMON_INSTANT_EXIT_SECONDS
     memo.config = config
-    memo.metrics = prometheus.default()
+    memo.metrics = metrics.default()
     api_client = await asyncio.to_thread(load_api_client)
-    memo.kube = prometheus.CountedKube(Kube(api_client), memo.metrics)  # failed calls counted by verb
+    memo.kube = metrics.CountedKube(Kube(api_client), memo.metrics)  # failed calls counted by verb
     memo.api_executor = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube")
-    memo.log_streams = None  # "threads": each followed log in a thread of its own (runner.py)
-    if config.log_follower == "asyncio":
-        memo.log_streams = LogStreams(api_client.configuration, memo.api_executor, on_epoch=memo.metrics.epoch_to_status,
-                                      on_error=lambda verb, resource, error: memo.metrics.api_error(
-                                          verb, resource, getattr(error, "status", None)))
-        memo.metrics.followed_logs.set_function(lambda: len(memo.log_streams.followers))
+    memo.log_streams = LogStreams(api_client.configuration, memo.api_executor, on_epoch=memo.metrics.epoch_to_status,
+                                  on_error=lambda verb, resource, error: memo.metrics.api_error(
+                                      verb, resource, getattr(error, "status", None)))
+    memo.metrics.followed_logs.set_function(lambda: len(memo.log_streams.followers))
     # (namespace, job) -> the wakeup of that job's running daemon.
     memo.wakeups = {}
     # job uid -> set when the job is deleted: its daemon stops (no finalizer makes kopf do it).

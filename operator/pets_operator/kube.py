@@ -1,7 +1,7 @@
 """The few Kubernetes API calls the operator makes itself (blocking; the daemon runs them in threads).
 
-kopf watches and indexes; these calls create and delete the owned objects, patch the job's
-status through the `/status` subresource and stream pod 0's log.
+kopf watches and indexes; these calls create and delete the owned objects and patch the job's
+status through the `/status` subresource (pod 0's log is `logfollow`'s).
 """
 from __future__ import annotations
 
@@ -127,10 +127,6 @@ class Kube:
     def delete_pod(self, namespace: str, name: str) -> None:
         _ignore_missing(lambda: self.core.delete_namespaced_pod(name, namespace, _request_timeout=REQUEST_TIMEOUT))
 
-    def read_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        pod = _unless_missing(lambda: self.core.read_namespaced_pod(name, namespace, _request_timeout=REQUEST_TIMEOUT))
-        return None if pod is None else self.core.api_client.sanitize_for_serialization(pod)
-
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _unless_missing(lambda: self.custom.get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT))
@@ -145,11 +141,6 @@ class Kube:
         # Background: the garbage collector removes the owned pods and Service.
         _ignore_missing(lambda: self.custom.delete_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT))
-
-    def open_pod_log(self, namespace: str, name: str, container: str):
-        """A streaming response (urllib3) of the whole log, following it until the container ends."""
-        return _calling(lambda: self.core.read_namespaced_pod_log(name, namespace, container=container, follow=True,
-                                                                  _preload_content=False))
 
 
 def _created(call) -> bool:

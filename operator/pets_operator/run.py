@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Run the PetsTrainingJob operator against the cluster in KUBECONFIG (or in-cluster). "
                     "Configuration: PETS_OPERATOR_NAMESPACES, PETS_OPERATOR_TRAINER_IMAGE, PETS_OPERATOR_LOG_LEVEL, "
                     "PETS_OPERATOR_PEERING, PETS_OPERATOR_PRIORITY, PETS_OPERATOR_LIVENESS_PORT, PETS_OPERATOR_METRICS_PORT, "
-                    "PETS_OPERATOR_LOG_FOLLOWER, PETS_OPERATOR_TRAINER_COMMAND.")
+                    "PETS_OPERATOR_TRAINER_COMMAND.")
     parser.add_argument("--log-format", choices=("json", "text"), default="json",
                         help="structured JSON log lines (default) or plain text")
     args = parser.parse_args(argv)
@@ -74,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
 
     if config.metrics_port:
-        from . import prometheus
+        from . import metrics
 
         try:
-            prometheus.serve(config.metrics_port)
+            metrics.serve(config.metrics_port)
         except OSError as error:
             print(f"error: cannot serve metrics on port {config.metrics_port} ({error.strerror or error}): another "
                   "process uses it; set PETS_OPERATOR_METRICS_PORT to a free port, or 0 for none", file=sys.stderr)

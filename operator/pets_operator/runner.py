@@ -29,11 +29,11 @@ from pets_api import contract
 
 from . import builders
 from .config import OperatorConfig
-from .follower import EPOCH_FIELDS, EpochBook, PodLogFollower
+from .epochs import EPOCH_FIELDS, EpochBook
 from .expectations import Expectations
 from .kube import Kube, KubeError
+from .logfollow import AsyncPodLogFollower, LogStreams
 from .occupants import Occupant, occupant
-from .logstreams import AsyncPodLogFollower, LogStreams
 from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, attempt_of, reconcile
 from .refusals import TRANSIENT, ApiFailure, CreateFailure, backoff_seconds, most_severe
 from .spec import epoch_limit, with_changes, with_defaults
@@ -61,10 +61,10 @@ class JobRunner:
                  pods: Callable[[], Iterable[PodView]], post_event: Callable[[Event], None],
                  wakeup: asyncio.Event, logger: logging.Logger | logging.LoggerAdapter = log,
                  executor: Executor | None = None, live: Callable[[], Mapping[str, Any]] | None = None,
-                 log_streams: LogStreams | None = None):
+                 *, log_streams: LogStreams):
         """`executor` runs the blocking API calls (the operator's pool, made at startup); None: the loop's default.
         `live`: the job as the watch last saw it (kopf's live `body`), read at each step for spec changes;
-        None: `job` itself. `log_streams`: pod 0's log is followed on the event loop there; None: in a thread."""
+        None: `job` itself. `log_streams`: where pod 0's log is followed (the operator's, on its event loop)."""
         self.kube = kube
         self.executor = executor
         self.log_streams = log_streams
@@ -84,7 +84,7 @@ class JobRunner:
         self.wakeup = wakeup
         self.log = logger
         self._loop = asyncio.get_running_loop()
-        self._followers: dict[str, PodLogFollower | AsyncPodLogFollower] = {}
+        self._followers: dict[str, AsyncPodLogFollower] = {}
         self._deleted: set[str] = set()  # uids already asked to go
         self._expected = Expectations()  # pods created that the index does not show yet
         self.book = EpochBook(self.status.get("epochs") or [], self._publish_epochs,
@@ -102,7 +102,7 @@ class JobRunner:
     async def call(self, function, *args):
         return await self._loop.run_in_executor(self.executor, function, *args)
 
-    def _publish_epochs(self, fields: dict[str, Any]) -> None:  # runs in a follower thread
+    def _publish_epochs(self, fields: dict[str, Any]) -> None:  # runs in the API thread pool
         self.kube.patch_job_status(self.namespace, self.name, fields)
         for entry in fields.get("epochs") or []:  # one line per epoch the status gains (or that changed), once
             epoch, accuracy = int(entry["epoch"]), entry.get("accuracy")
@@ -336,26 +336,9 @@ class JobRunner:
         # The log exists once the container has started; until then the API answers 400.
         if pod0 is None or pod0.uid in self._followers or pod0.phase not in (RUNNING, *FINAL_PHASES):
             return
-        if self.log_streams is not None:
-            self._followers[pod0.uid] = self.log_streams.follow(
-                self.namespace, pod0.name, builders.CONTAINER_NAME, pod0.uid, self.book, on_drained=self.wakeup.set,
-                attempt=pod0.attempt)
-            return
-        self._followers[pod0.uid] = PodLogFollower(
-            pod0.uid,
-            open_log=lambda: self.kube.open_pod_log(self.namespace, pod0.name, builders.CONTAINER_NAME),
-            pod_state=lambda: self._pod_state(pod0.name),
-            book=self.book,
-            on_drained=lambda: self._loop.call_soon_threadsafe(self.wakeup.set),
-            name=pod0.name,
-            attempt=pod0.attempt,
-        ).start()
-
-    def _pod_state(self, pod: str) -> tuple[str, str] | None:
-        body = self.kube.read_pod(self.namespace, pod)
-        if body is None:
-            return None
-        return body["metadata"].get("uid", ""), (body.get("status") or {}).get("phase", PENDING)
+        self._followers[pod0.uid] = self.log_streams.follow(
+            self.namespace, pod0.name, builders.CONTAINER_NAME, pod0.uid, self.book, on_drained=self.wakeup.set,
+            attempt=pod0.attempt)
 
     def _pod0_drained(self, pods: list[PodView]) -> bool:
         pod0 = self._pod0(pods)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from pets_localkube import LocalCluster
+from pets_localkube import LocalCluster, product
 
 from tests.e2e.conftest import (REPO, api, operator_process, pytest_runtest_makereport,  # noqa: F401
                                 wait_for_fixture)
@@ -29,5 +29,5 @@ def engine():
 @pytest.fixture
 def cluster(engine, tmp_path):
     with LocalCluster(workdir=tmp_path / "cluster", cpu=4, memory="16Gi", crds=[REPO / "manifests" / "crd.yaml"],
-                      runtime="docker") as running:
+                      runtime="docker", entrypoints=product.ENTRYPOINTS, workload=product.TRAINER) as running:
         yield running

@@ -3,18 +3,24 @@ client against the local API server (no operator: the test plays the operator's 
 from __future__ import annotations
 
 import json
+import threading
+import time
+import urllib.request
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from pets_client import client as pets_client
 from pets_client.client import JobFailed, PetsClientError, PetsTrainingJobClient
+from tests.support.watch_stream import WatchStream, deleted, gone, modified, stored_job
 
 GVP = ("training.pets.dev", "v1alpha1")
 
 
 class Recorder:
-    """Stands in for CustomObjectsApi / CoreV1Api: records calls, answers from a script."""
+    """Stands in for CustomObjectsApi / CoreV1Api: records calls, answers from a script (a callable answer is called
+    with the call's arguments: a `WatchStream`)."""
 
     def __init__(self, answers: dict | None = None):
         self.calls: list[tuple[str, tuple, dict]] = []
@@ -27,8 +33,8 @@ class Recorder:
             if isinstance(answer, Exception):
                 raise answer
             if isinstance(answer, list):  # one answer per call, the last one repeats
-                return answer.pop(0) if len(answer) > 1 else answer[0]
-            return answer
+                answer = answer.pop(0) if len(answer) > 1 else answer[0]
+            return answer(*args, **kwargs) if callable(answer) else answer
         return call
 
 
@@ -84,34 +90,80 @@ def test_jobs_lists_handles_in_the_namespace():
                              {"label_selector": "team=ml"})]
 
 
-def test_wait_reports_each_epoch_once_and_returns_the_final_status():
-    statuses = [
-        {"status": {"phase": "Pending"}},
-        {"status": {"phase": "Running", "epochs": [{"epoch": 0, "accuracy": 0.4}]}},
-        {"status": {"phase": "Running", "epochs": [{"epoch": 0, "accuracy": 0.4}]}},
-        {"status": {"phase": "Succeeded", "epochs": [{"epoch": 0, "accuracy": 0.4}, {"epoch": 1, "accuracy": 0.7}]}},
-    ]
-    client, _, _ = make_client({"get_namespaced_custom_object": statuses})
+def test_wait_watches_the_job_from_its_first_read_and_reports_each_epoch_once():
+    epoch_0, epoch_1 = {"epoch": 0, "accuracy": 0.4}, {"epoch": 1, "accuracy": 0.7}
+    stream = WatchStream([modified(stored_job("Running", 2, epochs=[epoch_0])),
+                          modified(stored_job("Running", 3, epochs=[epoch_0])),
+                          modified(stored_job("Succeeded", 4, epochs=[epoch_0, epoch_1]))])
+    client, custom, _ = make_client({"get_namespaced_custom_object": stored_job("Pending", 1),
+                                     "list_namespaced_custom_object": stream})
     seen = []
-    final = client.job("pets").wait(timeout=10, poll=0, on_epoch=seen.append)
+    final = client.job("pets").wait(timeout=10, on_epoch=seen.append, display=False)
     assert final["phase"] == "Succeeded"
-    assert seen == [{"epoch": 0, "accuracy": 0.4}, {"epoch": 1, "accuracy": 0.7}]
+    assert seen == [epoch_0, epoch_1]
+    assert [method for method, _, _ in custom.calls] == ["get_namespaced_custom_object", "list_namespaced_custom_object"]
+    assert custom.calls[1][1] == (*GVP, "ml", "petstrainingjobs")
+    assert {key: stream.kwargs[key] for key in ("watch", "field_selector", "resource_version")} == {
+        "watch": True, "field_selector": "metadata.name=pets", "resource_version": "1"}
+    assert stream.closed
 
 
-def test_wait_times_out_with_the_phase_it_saw():
-    client, _, _ = make_client({"get_namespaced_custom_object": {"status": {"phase": "Running"}}})
-    with pytest.raises(TimeoutError, match=r"ml/pets is Running after 0.05s; waited for Failed, Succeeded"):
-        client.job("pets").wait(timeout=0.05, poll=0.01)
+def test_wait_times_out_on_a_silent_watch_with_the_phase_it_saw():
+    client, _, _ = make_client({"get_namespaced_custom_object": stored_job("Running", 1),
+                                "list_namespaced_custom_object": WatchStream([])})
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"ml/pets is Running after 0.3s; waited for Failed, Succeeded"):
+        client.job("pets").wait(timeout=0.3, display=False)
+    assert 0.3 <= time.monotonic() - started < 1.5
 
 
 def test_wait_for_a_failed_job():
-    answer = {"status": {"phase": "Failed", "message": "worker 1 exited with 2"}}
-    client, _, _ = make_client({"get_namespaced_custom_object": answer})
-    assert client.job("pets").wait(timeout=1, poll=0)["phase"] == "Failed"
+    answer = stored_job("Failed", 1, message="worker 1 exited with 2")
+    client, custom, _ = make_client({"get_namespaced_custom_object": answer})
+    assert client.job("pets").wait(timeout=1, display=False)["phase"] == "Failed"
     with pytest.raises(JobFailed, match="worker 1 exited with 2"):
-        client.job("pets").wait(timeout=1, poll=0, raise_on_failure=True)
+        client.job("pets").wait(timeout=1, raise_on_failure=True, display=False)
     with pytest.raises(ValueError):
         client.job("pets").wait(phases=())
+    assert "list_namespaced_custom_object" not in [method for method, _, _ in custom.calls], "finished: nothing to watch"
+
+
+def test_a_watch_the_server_ended_is_resumed_from_the_last_version_seen():
+    first = WatchStream([modified(stored_job("Running", 7))], silent=False)  # the server's timeoutSeconds passed
+    second = WatchStream([modified(stored_job("Succeeded", 9))])
+    client, custom, _ = make_client({"get_namespaced_custom_object": stored_job("Pending", 5),
+                                     "list_namespaced_custom_object": [first, second]})
+    assert client.job("pets").wait(timeout=10, display=False)["phase"] == "Succeeded"
+    assert (first.kwargs["resource_version"], second.kwargs["resource_version"]) == ("5", "7")
+    assert [method for method, _, _ in custom.calls].count("get_namespaced_custom_object") == 1
+
+
+def test_a_version_gone_from_the_server_starts_again_from_a_fresh_read():
+    expired, fresh = WatchStream([gone()]), WatchStream([modified(stored_job("Succeeded", 31))])
+    client, custom, _ = make_client({"get_namespaced_custom_object": [stored_job("Pending", 5),
+                                                                      stored_job("Running", 30)],
+                                     "list_namespaced_custom_object": [expired, fresh]})
+    seen = []
+    client.job("pets").wait(timeout=10, display=False, phases=("Succeeded",), on_epoch=seen.append)
+    assert [method for method, _, _ in custom.calls] == ["get_namespaced_custom_object", "list_namespaced_custom_object",
+                                                         "get_namespaced_custom_object", "list_namespaced_custom_object"]
+    assert (expired.kwargs["resource_version"], fresh.kwargs["resource_version"]) == ("5", "30")
+
+
+def test_a_job_deleted_while_waited_for_is_a_404():
+    client, _, _ = make_client({"get_namespaced_custom_object": stored_job("Running", 1),
+                                "list_namespaced_custom_object": WatchStream([deleted(stored_job("Running", 2))])})
+    with pytest.raises(PetsClientError, match="ml/pets was deleted") as gone_error:
+        client.job("pets").wait(timeout=10, display=False)
+    assert gone_error.value.status == 404
+
+
+def test_a_refused_watch_is_the_servers_message():
+    forbidden = api_exception(403, 'petstrainingjobs.training.pets.dev "pets" is forbidden: cannot watch')
+    client, _, _ = make_client({"get_namespaced_custom_object": stored_job("Running", 1),
+                                "list_namespaced_custom_object": forbidden})
+    with pytest.raises(PetsClientError, match=r"cannot watch \(HTTP 403\)"):
+        client.job("pets").wait(timeout=10, display=False)
 
 
 def test_api_errors_carry_the_servers_message():
@@ -156,7 +208,7 @@ def test_against_the_local_api_server(local_cluster, monkeypatch):
         *GVP, "default", "petstrainingjobs", "pets",
         {"status": {"phase": "Succeeded", "epochs": [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.75}]}})
     seen = []
-    assert job.wait(timeout=30, poll=0.1, on_epoch=seen.append)["phase"] == "Succeeded"
+    assert job.wait(timeout=30, on_epoch=seen.append)["phase"] == "Succeeded"
     assert [entry["accuracy"] for entry in seen] == [0.5, 0.75]
     assert [j.name for j in client.jobs()] == ["pets"]
 
@@ -164,6 +216,62 @@ def test_against_the_local_api_server(local_cluster, monkeypatch):
     with pytest.raises(PetsClientError) as gone:
         job.get()
     assert gone.value.status == 404
+
+
+def _job_requests(cluster) -> dict[str, float]:
+    """The official client's requests of petstrainingjobs so far, by verb, as the local API server counted them."""
+    with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "localkube_api_requests_total" and labels.get("client") == "OpenAPI-Generator" \
+                    and labels.get("resource") == "petstrainingjobs" and not labels.get("subresource"):
+                counts[labels["verb"]] = counts.get(labels["verb"], 0) + sample.value
+    return counts
+
+
+def test_wait_watches_the_job_and_returns_as_soon_as_the_phase_changes(local_cluster, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(local_cluster.kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    from kubernetes import client as kube
+
+    client = PetsTrainingJobClient()
+    job = client.submit("watched", num_nodes=1, epochs=2, data={"synthetic": {}})
+    status_api = kube.CustomObjectsApi(client.custom.api_client)
+
+    def write_status(status):  # as the operator does
+        status_api.patch_namespaced_custom_object_status(*GVP, "default", "petstrainingjobs", "watched",
+                                                         {"status": status})
+
+    write_status({"phase": "Running"})
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="default/watched is Running after 1.5s"):
+        job.wait(timeout=1.5, display=False)
+    assert 1.5 <= time.monotonic() - started < 3, "a silent watch ends at the deadline"
+
+    before = _job_requests(local_cluster)
+    finished_at = []
+
+    def operator():
+        time.sleep(0.5)
+        write_status({"epochs": [{"epoch": 0, "accuracy": 0.5}]})
+        time.sleep(1.5)
+        finished_at.append(time.monotonic())
+        write_status({"phase": "Succeeded", "epochs": [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.75}]})
+
+    writer = threading.Thread(target=operator)
+    writer.start()
+    seen = []
+    status = job.wait(timeout=30, on_epoch=seen.append, display=False)
+    returned = time.monotonic()
+    writer.join()
+    assert status["phase"] == "Succeeded" and [entry["accuracy"] for entry in seen] == [0.5, 0.75]
+    assert returned - finished_at[0] < 1.0, "the change arrives on the watch, not at the next poll"
+    after = _job_requests(local_cluster)
+    assert {verb: after.get(verb, 0) - before.get(verb, 0) for verb in ("GET", "WATCH", "LIST")} == {
+        "GET": 1, "WATCH": 1, "LIST": 0}, "one read, then one watch for the whole wait"
 
 
 def _kubeconfig(path, server: str, namespace: str = "team") -> str:

@@ -15,7 +15,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from pets_api import GROUP, PLURAL, VERSION
-from pets_localkube import LocalCluster
+from pets_localkube import LocalCluster, product
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).with_name("stand_in.py")
@@ -119,7 +119,8 @@ def cluster_crds() -> list[Path]:
 
 @pytest.fixture
 def cluster(tmp_path, cluster_crds):
-    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=cluster_crds) as running:
+    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=cluster_crds, entrypoints=product.ENTRYPOINTS,
+                      workload=product.TRAINER) as running:
         yield running
 
 

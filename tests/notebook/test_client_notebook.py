@@ -10,6 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from pets_client import progress
 from pets_client.client import JobFailed, PetsClientError, PetsTrainingJobClient, job_manifest
+from tests.support.watch_stream import WatchStream, modified
 
 GVP = ("training.pets.dev", "v1alpha1")
 
@@ -27,7 +28,7 @@ class Recorder:
                 answer = answer.pop(0) if len(answer) > 1 else answer[0]
             if isinstance(answer, Exception):
                 raise answer
-            return answer
+            return answer(*args, **kwargs) if callable(answer) else answer  # a WatchStream
         return call
 
 
@@ -82,9 +83,9 @@ def test_delete_wait_times_out_when_the_job_stays():
 def test_job_failed_carries_the_status_message():
     status = {"phase": "Failed", "message": "worker pets-0 failed (exit code 1; Error): ValueError: boom",
               "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
-    client, _, _ = make_client({"get_namespaced_custom_object": {"status": status}})
+    client, _, _ = make_client({"get_namespaced_custom_object": {"metadata": {"resourceVersion": "1"}, "status": status}})
     with pytest.raises(JobFailed, match="ml/pets failed: worker pets-0 failed") as failed:
-        client.job("pets").wait(timeout=1, poll=0, raise_on_failure=True, display=False)
+        client.job("pets").wait(timeout=1, raise_on_failure=True, display=False)
     assert failed.value.message == status["message"]
     assert failed.value.reason == "BackoffLimitExceeded"
     assert failed.value.job_status == status
@@ -92,16 +93,18 @@ def test_job_failed_carries_the_status_message():
 
 def test_wait_prints_plain_lines_outside_jupyter(capsys):
     answers = [
-        {"spec": {"epochs": 2}, "status": {}},
-        {"spec": {"epochs": 2}, "status": {"phase": "Running", "message": "2 of 2 worker(s) running"}},
-        {"spec": {"epochs": 2}, "status": {"phase": "Running", "epochs": [{"epoch": 0, "accuracy": 0.5, "trainLoss": 1.2}]}},
-        {"spec": {"epochs": 2}, "status": {"phase": "Succeeded", "message": "all 2 worker(s) succeeded",
-                                           "epochs": [{"epoch": 0, "accuracy": 0.5, "trainLoss": 1.2},
-                                                      {"epoch": 1, "accuracy": 0.75}]}},
+        {"status": {}},
+        {"status": {"phase": "Running", "message": "2 of 2 worker(s) running"}},
+        {"status": {"phase": "Running", "epochs": [{"epoch": 0, "accuracy": 0.5, "trainLoss": 1.2}]}},
+        {"status": {"phase": "Succeeded", "message": "all 2 worker(s) succeeded",
+                    "epochs": [{"epoch": 0, "accuracy": 0.5, "trainLoss": 1.2}, {"epoch": 1, "accuracy": 0.75}]}},
     ]
-    client, _, _ = make_client({"get_namespaced_custom_object": answers})
+    submitted, *changes = [{"metadata": {"resourceVersion": str(version)}, "spec": {"epochs": 2}, **answer}
+                           for version, answer in enumerate(answers, 1)]
+    client, _, _ = make_client({"get_namespaced_custom_object": submitted,
+                                "list_namespaced_custom_object": WatchStream([modified(job) for job in changes])})
     assert not progress.in_jupyter()
-    client.job("pets").wait(timeout=5, poll=0)
+    client.job("pets").wait(timeout=5)
     assert capsys.readouterr().out.splitlines() == [
         "pets: submitted",
         "pets: Running (2 of 2 worker(s) running)",

@@ -1,4 +1,4 @@
-"""The tutorial's own `epoch N: XX.XX` lines as epochs (metric_lines, metrics, the log follower), and
+"""The tutorial's own `epoch N: XX.XX` lines as epochs (metric_lines, epochs, the log follower), and
 `pets_trainer.report`, the exact alternative."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 
 from pets_api import metric_lines
-from pets_operator.follower import EpochBook, PodLogFollower
-from pets_operator.metrics import epoch_entries, epoch_status, merge_epochs
+from pets_operator.epochs import EpochBook, epoch_entries, epoch_status, merge_epochs
+from pets_operator.logfollow import add_entries, epoch_batches
 
 
 @pytest.mark.parametrize("line, epoch, accuracy", [
@@ -68,26 +68,12 @@ def test_a_metric_line_replaces_a_printed_one_and_never_the_reverse():
     assert merge_epochs(known, printed) == known
 
 
-class FakeResponse:
-    def __init__(self, text: str):
-        self.chunks = [text.encode()]
-
-    def read1(self, size):
-        return self.chunks.pop(0) if self.chunks else b""
-
-    def release_conn(self):
-        pass
-
-    def close(self):
-        pass
-
-
 def test_the_follower_publishes_printed_epochs():
     published = []
     book = EpochBook([], published.append, limit=None)  # a function job: no epoch bound
-    log = "starting\nepoch 0: 50.00\nepoch 1: 75.00\nepoch 7: 80.00\n"
-    follower = PodLogFollower("uid", lambda: FakeResponse(log), lambda: ("uid", "Succeeded"), book, lambda: None)
-    follower._run()
+    log = "2026-01-01T00:00:00Z starting\n2026-01-01T00:00:01Z epoch 0: 50.00\nepoch 1: 75.00\nepoch 7: 80.00\n"
+    for entries, _, resumed in epoch_batches(log.splitlines()):  # what the follower does with the lines it read
+        add_entries(book, entries, None, resumed)
     assert published[-1]["epochs"] == [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.75},
                                        {"epoch": 7, "accuracy": 0.8}]
     assert published[-1]["bestAccuracy"] == 0.8

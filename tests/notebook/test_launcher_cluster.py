@@ -57,7 +57,7 @@ def test_exact_metrics_replace_and_follow(client):
     streamed = io.StringIO()
     job.logs(follow=True, file=streamed, timeout=120)  # returns when the container ends
     assert "epoch 5: 50.00" in streamed.getvalue()
-    status = job.wait(timeout=120, poll=0.2, display=False)
+    status = job.wait(timeout=120, display=False)
     assert status["phase"] == "Succeeded", status.get("message")
     assert [(e["epoch"], e["accuracy"], e["trainLoss"]) for e in status["epochs"]] == [
         (epoch, 0.1 * epoch + 0.0123, 1.0 / (epoch + 1)) for epoch in range(6)], status["epochs"]  # exact, not 2 decimals

@@ -8,7 +8,7 @@ from pets_operator.config import OperatorConfig
 from pets_operator.expectations import Expectations
 from pets_operator.runner import JobRunner
 
-from .test_runner import JOB, FakeKube
+from .test_runner import JOB, FakeKube, FakeLogStreams
 
 
 def test_created_pods_are_expected_until_seen_or_timed_out():
@@ -27,7 +27,8 @@ async def test_a_lagging_pod_index_does_not_make_the_runner_create_the_group_aga
     kube = FakeKube()
     index: list = []  # the pod index, lagging: empty although the pods exist
     job = copy.deepcopy(JOB)
-    runner = JobRunner(kube, job, OperatorConfig(), lambda: list(index), lambda event: None, asyncio.Event())
+    runner = JobRunner(kube, job, OperatorConfig(), lambda: list(index), lambda event: None, asyncio.Event(),
+                       log_streams=FakeLogStreams())
     await runner.carry_out(runner.step())
     assert sorted(kube.created) == ["NetworkPolicy/pets-workers", "Pod/pets-0", "Pod/pets-1", "Service/pets-workers"]
     plan = runner.step()

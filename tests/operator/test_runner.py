@@ -63,25 +63,47 @@ class FakeKube:
     def delete_pod(self, namespace, name):
         self.pods.pop(name, None)
 
-    def read_pod(self, namespace, name):
-        return None
 
-    def open_pod_log(self, namespace, name, container):
-        raise KubeError(ApiFailure(400, "BadRequest", "no log yet"))
+class FakeLogStreams:
+    """Stands in for `logfollow.LogStreams`: records whom the runner follows; a follower drains when told."""
+
+    def __init__(self):
+        self.followed: list[tuple] = []
+        self.followers: dict[str, FakeFollower] = {}
+
+    def follow(self, namespace, pod, container, uid, book, on_drained, attempt=None):
+        self.followed.append((namespace, pod, container, uid, book, attempt))
+        self.followers[uid] = FakeFollower(on_drained)
+        return self.followers[uid]
+
+
+class FakeFollower:
+    def __init__(self, on_drained):
+        self.drained = asyncio.Event()
+        self.stopped = False
+        self._on_drained = on_drained
+
+    def drain(self):
+        self.drained.set()
+        self._on_drained()
+
+    def stop(self):
+        self.stopped = True
 
 
 JOB = {"metadata": {"name": "pets", "namespace": "ml", "uid": "uid-1", "generation": 1},
        "spec": {"numNodes": 2, "epochs": 5, "data": {"synthetic": {}}}}
 
 
-def make_runner(kube, status=None, spec=None, config=OperatorConfig()):
+def make_runner(kube, status=None, spec=None, config=OperatorConfig(), log_streams=None):
     job = copy.deepcopy(JOB)
     if spec:
         job["spec"].update(spec)
     if status is not None:
         job["status"] = copy.deepcopy(status)
     events = []
-    runner = JobRunner(kube, job, config, lambda: list(kube.pods.values()), events.append, asyncio.Event())
+    runner = JobRunner(kube, job, config, lambda: list(kube.pods.values()), events.append, asyncio.Event(),
+                       log_streams=log_streams or FakeLogStreams())
     return runner, events
 
 
@@ -308,3 +330,22 @@ def test_each_epoch_is_logged_once_and_none_the_status_had(caplog):
         runner._publish_epochs({"epochs": known + [{"epoch": 2, "accuracy": 0.7}, {"epoch": 3, "accuracy": 0.8}]})
         runner._publish_epochs({"epochs": known + [{"epoch": 2, "accuracy": 0.7}, {"epoch": 3, "accuracy": 0.8}]})
     assert [r.getMessage() for r in caplog.records] == ["epoch 2: accuracy 0.7000", "epoch 3: accuracy 0.8000"]
+
+
+async def test_pod_0_is_followed_once_it_runs_and_the_job_succeeds_once_its_log_is_read():
+    kube, streams = FakeKube(), FakeLogStreams()
+    runner, _ = make_runner(kube, spec={"numNodes": 1}, log_streams=streams)
+    await one_step(runner)
+    assert streams.followed == []  # Pending: the log is not there yet
+    kube.pods["pets-0"] = dataclasses.replace(kube.pods["pets-0"], phase="Running")
+    await one_step(runner)
+    await one_step(runner)
+    assert streams.followed == [("ml", "pets-0", "trainer", "uid-pets-0-0", runner.book, 0)]  # once
+    kube.pods["pets-0"] = dataclasses.replace(kube.pods["pets-0"], phase="Succeeded", exit_code=0)
+    await one_step(runner)
+    assert kube.status["phase"] == "Running" and "reading the last metric lines" in kube.status["message"]
+    runner.wakeup.clear()
+    streams.followers["uid-pets-0-0"].drain()
+    assert runner.wakeup.is_set()  # the step comes at once, not at the idle recheck
+    await one_step(runner)
+    assert kube.status["phase"] == "Succeeded"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from pets_api import metric_lines
-from pets_operator.metrics import epoch_entries
+from pets_operator.epochs import epoch_entries
 from pets_trainer.metrics import EpochResult, done_event, emit, parse_metric_lines
 
 

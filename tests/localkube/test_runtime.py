@@ -16,7 +16,7 @@ import time
 import pytest
 from kubernetes import client
 from pets_localkube import LocalCluster
-from pets_localkube.kubelet import SHIM
+from pets_localkube.runtimes.process import SHIM
 
 from .helpers import api_client, gone, pod_phase, python_pod, wait_for
 

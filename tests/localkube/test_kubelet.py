@@ -6,11 +6,14 @@ import json
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 from kubernetes import client
 
 from pets_localkube import LocalCluster
+from pets_localkube.environment import PortMap
+from pets_localkube.runtimes.process import PodWorker
 
 from .helpers import api_client, gone, pod_phase, python_pod, wait_for
 
@@ -114,6 +117,27 @@ def test_a_missing_executable_fails_the_pod_with_a_start_error(core):
     state = done.status.container_statuses[0].state.terminated
     assert (done.status.phase, state.reason) == ("Failed", "StartError")
     assert "executable file not found" in state.message
+
+
+def test_a_container_without_a_command_has_no_entrypoint_unless_the_cluster_is_given_one(core):
+    pod = python_pod("imageonly", "")
+    container = pod["spec"]["containers"][0]
+    del container["command"]
+    container["image"] = "registry:5000/pets-trainer:0.1.0"
+    core.create_namespaced_pod("default", pod)
+    done = finished(core, "imageonly")
+    state = done.status.container_statuses[0].state.terminated
+    assert (done.status.phase, state.reason) == ("Failed", "StartError")
+    assert state.message == "image 'registry:5000/pets-trainer:0.1.0' has no local entrypoint; set the container's command"
+
+
+async def test_an_images_entrypoint_is_the_command_of_a_container_that_sets_none(tmp_path):
+    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints={"tool": [sys.executable, "-c", "pass"]})
+    container = {"name": "main", "image": "registry:5000/team/tool:1@sha256:ab", "args": ["$(WHO)"],
+                 "env": [{"name": "WHO", "value": "me"}]}
+    pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}, "spec": {"containers": [container]}}
+    argv, env, _, _ = await PodWorker(kubelet, pod).process_spec(container)
+    assert argv == [sys.executable, "-c", "pass", "me"] and env["WHO"] == "me"
 
 
 def test_a_bare_command_resolves_beside_the_running_python_first(core):

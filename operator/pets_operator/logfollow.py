@@ -1,18 +1,18 @@
-"""Pod logs followed on the operator's event loop: one aiohttp session for every followed log, no threads.
+"""Pod 0's log followed on the operator's event loop: one aiohttp session for every followed log, no threads.
 
 `LogStreams` holds one `aiohttp.ClientSession`, made from the credentials the kubernetes client
 uses (its `Configuration`: server, CA, client certificate, bearer token and its refresh hook, proxy),
-and `follow(...)` starts one `AsyncPodLogFollower` task per followed pod. A follower does what
-`follower.PodLogFollower` does in a thread of its own: it reads `/log?follow=true` from the start
-until the container has ended, re-reads after a dropped connection (the epoch book merges, so
-nothing doubles), retries an unreadable log and gives up when the pod is gone. 1,000 followed jobs
-are then 1,000 idle sockets and coroutines instead of 1,000 threads, each with its stack and
-urllib3 connection.
+and `follow(...)` starts one `AsyncPodLogFollower` task per followed pod. A follower reads
+`/log?follow=true` from the start until the container has ended, re-reads after a dropped
+connection (the epoch book merges, so nothing doubles), retries an unreadable log and gives up
+when the pod is gone. 1,000 followed jobs are 1,000 idle sockets and coroutines, not 1,000
+threads.
 
 It asks for `timestamps=true`: each line carries the time the kubelet wrote it, so the time from an
-epoch line to its status patch can be measured (`on_epoch`). Epoch entries of one read are patched
-together (one status patch for a burst, e.g. a re-read after an operator restart). The patch itself
-stays a blocking call of the book (`follower.EpochBook`), run in the operator's API thread pool.
+epoch line to its status patch can be measured (`on_epoch`). The lines' events are `metric_lines`';
+the epoch entries go to the job's `epochs.EpochBook`, those of one read together (one status patch
+for a burst, e.g. a re-read after an operator restart). The patch itself stays a blocking call of
+the book, run in the operator's API thread pool.
 """
 from __future__ import annotations
 
@@ -28,16 +28,17 @@ from urllib.parse import quote
 
 import aiohttp
 
-from .follower import MAX_FAILURES, RETRY_SECONDS, EpochBook
-from .initialization import is_init_event
 from pets_api.metric_lines import LineSplitter, parse_line, parse_progress_line
 
-INIT_MARK = '"init'  # in every `init` / `initialized` line (json.dumps writes `"event": "init...`)
-from .metrics import epoch_entry
+from .epochs import EpochBook, epoch_entry
+from .initialization import is_init_event
 from .status import FINAL_PHASES, PENDING
 
 log = logging.getLogger(__name__)
 USER_AGENT = "pets-operator/log-follower"
+INIT_MARK = '"init'  # in every `init` / `initialized` line (json.dumps writes `"event": "init...`)
+RETRY_SECONDS = 0.5
+MAX_FAILURES = 120  # x RETRY_SECONDS: give up on a log that never becomes readable
 CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 30.0  # every call but the followed log itself, which may be silent for a whole epoch
 

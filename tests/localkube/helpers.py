@@ -1,9 +1,13 @@
 """Small helpers for the local-cluster tests (clients, sample objects, polling)."""
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from kubernetes import client, config
 
@@ -50,3 +54,24 @@ def gone(read: Callable[[], Any]) -> bool:
     except client.ApiException as error:
         return error.status == 404
     return False
+
+
+@contextmanager
+def local_up(command: list[str], workdir: Path) -> Iterator[list[str]]:
+    """A `local up` command (`... up --workdir <workdir>` appended) until it prints `export KUBECONFIG=`;
+    yields what it printed; SIGINT at the end, which it must answer by exiting 0."""
+    up = subprocess.Popen([*command, "up", "--workdir", str(workdir)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = up.stdout.readline()
+            lines.append(line)
+            if line.startswith("export KUBECONFIG=") or not line:
+                break
+        assert lines[-1].strip() == f"export KUBECONFIG={workdir / 'kubeconfig'}", "".join(lines)
+        yield lines
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0

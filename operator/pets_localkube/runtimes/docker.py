@@ -5,7 +5,8 @@ each container's state as it changes (waiting reasons, running, OOMKilled, exit 
 its log into the kubelet's log files, restart it per restartPolicy and stop it with the pod's
 grace period: `kube play` hides those steps, and podman is not what users of kind run. The
 docker CLI is driven as a subprocess (no SDK: the CLI is what the engine ships, and
-`docker start -a` is the log stream). `docker_args.py` decides the arguments.
+`docker start -a` is the log stream). `docker_args.py` decides the arguments; `process.py`'s
+worker does the rest (volumes, env values, status, deletion).
 
 All pods of the node share one user-defined network, `pets-localkube-<node>`, where each pod has
 its own IP (reported as `status.podIP`) and its DNS names as network aliases, so pods reach each
@@ -22,12 +23,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from . import logs, termination
-from .client import ApiStatusError
+from .. import logs, termination
+from ..client import ApiStatusError
+from ..events import NORMAL, WARNING
+from ..storage import now
 from .docker_args import LABEL_NODE, ContainerConfigError, create_args, non_root_problem
-from .events import NORMAL, WARNING
-from .kubelet import ContainerRun, PodWorker
-from .storage import now
+from .process import ContainerRun, KubeletHandle, PodWorker
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ class DockerContainerRun(ContainerRun):
 class DockerPodWorker(PodWorker):
     """A pod whose containers are docker containers on the node's network."""
 
-    def __init__(self, kubelet, pod: dict[str, Any]):
+    def __init__(self, kubelet: KubeletHandle, pod: dict[str, Any]):
         super().__init__(kubelet, pod)
         self.network = network_name(kubelet.node_name)
         self.container_prefix = f"pets-{pod['metadata']['namespace']}-{pod['metadata']['name']}-{self.uid[:8]}"

@@ -5,20 +5,23 @@ simulated pod costs a few timers instead of a shim and a Python process, and its
 schedule the pod itself carries, into the same log file a real container's output goes to, so the
 API server's `/log` (`follow=true` included) serves it unchanged.
 
-A pod is simulated when the kubelet runs in simulate mode (`pets-operator local up --simulate`,
-`LocalCluster(simulate=True)`), or when the pod asks for it, so real and simulated pods mix in one
-cluster: the annotation `simulate.pets-localkube.dev/schedule`, or the first container's environment
-variable `PETS_SIMULATE` (what a PetsTrainingJob's `spec.env` reaches), holding a JSON object:
+A pod is simulated when the kubelet runs in simulate mode (`LocalCluster(simulate=True)`, `local up
+--simulate`), or when the pod asks for it, so real and simulated pods mix in one cluster: the
+annotation `simulate.pets-localkube.dev/schedule`, or the first container's environment variable
+`PETS_SIMULATE`, holding a JSON object:
 
     {"epochSeconds": 5, "epochs": 10, "startSeconds": 0.5, "accuracy": [0.31, 0.52, ...],
      "exitCode": 0, "failAfterEpoch": null}
 
-every key optional: `epochSeconds` (1) between epoch lines, `epochs` (the pod's `EPOCHS`, else 1),
-`startSeconds` (0) Pending before Running, `accuracy` per epoch (a list, its last value repeated; by
-default a rising curve), `exitCode` (0) at the end, `failAfterEpoch` (none) ends the container after
-that epoch with `exitCode` (1 when it is 0). The node's rank 0 (`MACHINE_RANK`, `JOB_COMPLETION_INDEX`
-or the completion-index annotation) prints the trainer's metric lines (`pets_api.metric_lines`):
-one epoch line per epoch, then the done line; every rank prints one text line at its start.
+every key optional: `epochSeconds` (1) between epoch lines, `epochs` (1), `startSeconds` (0) Pending
+before Running, `accuracy` per epoch (a list, its last value repeated; by default a rising curve),
+`exitCode` (0) at the end, `failAfterEpoch` (none) ends the container after that epoch with
+`exitCode` (1 when it is 0).
+
+What the pod prints, and the keys its schedule may leave to the pod's other settings, belong to the
+workload, not to the kit: the cluster is given a `Workload` (`LocalCluster(workload=...)`; the
+product's is in `pets_localkube/product.py`). The kit's own, `PLAIN`, prints a line at the start, one
+per epoch and one at the end.
 
 Not simulated: volumes (nothing is mounted, so no FailedMount), restarts (`restartPolicy` other than
 Never ends the pod as if it were Never), the `Created`/`Started` Events (kwok posts none either).
@@ -28,19 +31,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any
 
-from pets_api import metric_lines
-from pets_api.k8s_names import ANNOTATION_COMPLETION_INDEX
-
-from . import logs
-from .events import WARNING
-from .kubelet import PodWorker
-from .storage import POD_FAILED, POD_SUCCEEDED, now
-
-if TYPE_CHECKING:
-    from .kubelet import Kubelet
+from .. import logs
+from ..events import WARNING
+from ..storage import POD_FAILED, POD_SUCCEEDED, now
+from .process import KubeletHandle, PodWorker
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +82,8 @@ class Schedule:
         return (self.last_epoch + 1) * self.epoch_seconds
 
 
-def _literal_env(pod: Mapping[str, Any]) -> dict[str, str]:
+def literal_env(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The first container's env values given literally (what a simulated pod can read of its env)."""
     containers = (pod.get("spec") or {}).get("containers") or []
     if not containers:
         return {}
@@ -94,16 +93,7 @@ def _literal_env(pod: Mapping[str, Any]) -> dict[str, str]:
 def requested(pod: Mapping[str, Any]) -> bool:
     """Whether the pod asks to be simulated (annotation or environment)."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return ANNOTATION in annotations or ENV in _literal_env(pod)
-
-
-def rank_of(pod: Mapping[str, Any]) -> int:
-    env = _literal_env(pod)
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    for text in (env.get("MACHINE_RANK"), env.get("JOB_COMPLETION_INDEX"), annotations.get(ANNOTATION_COMPLETION_INDEX)):
-        if text is not None and text.strip().isdigit():
-            return int(text)
-    return 0
+    return ANNOTATION in annotations or ENV in literal_env(pod)
 
 
 def _number(raw: Mapping[str, Any], key: str, default: float, minimum: float = 0.0) -> float:
@@ -122,7 +112,7 @@ def _integer(raw: Mapping[str, Any], key: str, default: int | None, minimum: int
     return value
 
 
-def parse_schedule(text: str | None, default_epochs: int = 1, defaults: Mapping[str, Any] | None = None) -> Schedule:
+def parse_schedule(text: str | None, defaults: Mapping[str, Any] | None = None) -> Schedule:
     """The schedule of a JSON object (None or "": the defaults); `defaults` fill keys the text leaves out."""
     raw: Any = {}
     if text and text.strip():
@@ -144,37 +134,44 @@ def parse_schedule(text: str | None, default_epochs: int = 1, defaults: Mapping[
     exit_code = _integer(raw, "exitCode", 0, 0)
     if exit_code > 255:
         raise ScheduleError(f"exitCode must be within 0..255, got {exit_code}")
-    return Schedule(epoch_seconds=_number(raw, "epochSeconds", 1.0), epochs=_integer(raw, "epochs", default_epochs, 0),
+    return Schedule(epoch_seconds=_number(raw, "epochSeconds", 1.0), epochs=_integer(raw, "epochs", 1, 0),
                     start_seconds=_number(raw, "startSeconds", 0.0), accuracy=tuple(float(a) for a in accuracy),
                     exit_code=exit_code, fail_after_epoch=_integer(raw, "failAfterEpoch", None, 0))
 
 
 def schedule_of(pod: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Schedule:
-    """The pod's schedule: its annotation, else its `PETS_SIMULATE`, else the defaults; epochs default to `EPOCHS`."""
-    env = _literal_env(pod)
+    """The pod's schedule: its annotation, else its `PETS_SIMULATE`; `defaults` fill the keys it leaves out."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    epochs_text = env.get("EPOCHS", "")
-    default_epochs = int(epochs_text) if epochs_text.strip().isdigit() else 1
-    return parse_schedule(annotations.get(ANNOTATION, env.get(ENV)), default_epochs, defaults)
+    return parse_schedule(annotations.get(ANNOTATION, literal_env(pod).get(ENV)), defaults)
 
 
-def log_plan(schedule: Schedule, rank: int, pod_name: str = "") -> list[tuple[float, str]]:
-    """(seconds after Running, line) for every line the pod prints, in order."""
-    plan = [(0.0, f"simulated pod {pod_name} rank {rank}: {schedule.epochs} epochs every {schedule.epoch_seconds:g}s")]
-    if rank != 0:
-        return plan
-    for epoch in range(schedule.last_epoch + 1):
-        event = metric_lines.epoch_event(epoch, schedule.accuracy_of(epoch), round(1.0 / (epoch + 1), 4),
-                                         schedule.epoch_seconds)
-        plan.append(((epoch + 1) * schedule.epoch_seconds, metric_lines.format_line(event)))
-    if schedule.final_exit_code == 0:
-        accuracies = [schedule.accuracy_of(e) for e in range(schedule.epochs)]
-        done = metric_lines.done_event(schedule.epochs, accuracies[-1] if accuracies else None,
-                                       max(accuracies) if accuracies else None)
-        plan.append((schedule.run_seconds, metric_lines.format_line(done)))
-    else:
-        plan.append((schedule.run_seconds, f"simulated failure: exit code {schedule.final_exit_code}"))
-    return plan
+# (schedule, pod) -> (seconds after Running, line) for every line the pod prints, in order.
+LogLines = Callable[[Schedule, Mapping[str, Any]], list[tuple[float, str]]]
+
+
+def plain_log_lines(schedule: Schedule, pod: Mapping[str, Any]) -> list[tuple[float, str]]:
+    """The kit's own lines, in no workload's format: one at the start, one per epoch, one at the end."""
+    name = (pod.get("metadata") or {}).get("name", "")
+    lines = [(0.0, f"simulated pod {name}: {schedule.epochs} epochs every {schedule.epoch_seconds:g}s")]
+    lines += [((epoch + 1) * schedule.epoch_seconds, f"epoch {epoch}: accuracy {schedule.accuracy_of(epoch):g}")
+              for epoch in range(schedule.last_epoch + 1)]
+    lines.append((schedule.run_seconds, f"simulated pod {name}: exit code {schedule.final_exit_code}"))
+    return lines
+
+
+def no_defaults(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What simulated pods print (`log_lines`), and the schedule keys a pod's own schedule leaves to
+    the pod's other settings (`schedule_defaults`, e.g. its epochs from its env)."""
+    log_lines: LogLines = plain_log_lines
+    schedule_defaults: Callable[[Mapping[str, Any]], Mapping[str, Any]] = no_defaults
+
+
+PLAIN = Workload()
 
 
 class SimulatedContainer:
@@ -211,10 +208,9 @@ class SimulatedContainer:
 class SimulatedPodWorker(PodWorker):
     """`PodWorker`'s reporting and deletion, with the schedule instead of processes."""
 
-    def __init__(self, kubelet: "Kubelet", pod: dict[str, Any], defaults: Mapping[str, Any] | None = None):
-        """`defaults`: schedule keys for pods whose own schedule leaves them out (the kubelet's)."""
+    def __init__(self, kubelet: KubeletHandle, pod: dict[str, Any], workload: Workload = PLAIN):
         super().__init__(kubelet, pod)
-        self.defaults = defaults
+        self.workload = workload
         self.init_containers = [SimulatedContainer(c) for c in pod["spec"].get("initContainers") or []]
         self.containers = [SimulatedContainer(c) for c in pod["spec"]["containers"]]
 
@@ -239,7 +235,7 @@ class SimulatedPodWorker(PodWorker):
     async def _simulate(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            schedule = schedule_of(self.pod, self.defaults)
+            schedule = schedule_of(self.pod, self.workload.schedule_defaults(self.pod))
         except ScheduleError as error:
             message = f"simulated pod: bad schedule ({ANNOTATION} / {ENV}): {error}"
             await self.kubelet.events.record(self.pod, WARNING, "Failed", message)
@@ -266,7 +262,7 @@ class SimulatedPodWorker(PodWorker):
         started = loop.time()
         log_path = logs.container_log_path(self.kubelet.log_root, self.pod, self.containers[0].name)
         with log_path.open("a", encoding="utf-8") as log:
-            for offset, line in log_plan(schedule, rank_of(self.pod), self.pod["metadata"]["name"]):
+            for offset, line in self.workload.log_lines(schedule, self.pod):
                 if not await self._sleep_until(started + offset):
                     return await self._stopped()
                 log.write(logs.format_line(line))

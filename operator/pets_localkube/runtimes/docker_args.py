@@ -1,6 +1,6 @@
 """A pod's container as `docker create` arguments: the pure half of the docker runtime.
 
-`docker_runtime.py` acts (creates, starts, stops, inspects); this module only decides. What the
+`docker.py` acts (creates, starts, stops, inspects); this module only decides. What the
 pod asks for is honoured or refused, never silently dropped:
 
 - command/args as Kubernetes defines them against the image (command replaces ENTRYPOINT, args
@@ -24,7 +24,7 @@ from typing import Any
 
 from pets_api.quantities import parse_quantity
 
-from .environment import expand
+from ..environment import expand
 
 LABEL_PREFIX = "dev.pets.localkube"
 LABEL_NODE = f"{LABEL_PREFIX}.node"

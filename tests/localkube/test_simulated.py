@@ -1,4 +1,6 @@
-"""Simulated pods: the schedule (pure), and pods that run it in the local cluster, next to real ones."""
+"""Simulated pods: the schedule (pure), and pods that run it in the local cluster, next to real ones.
+
+The kit's own workload (`PLAIN`) prints plain lines; the product's is tested in test_product.py."""
 from __future__ import annotations
 
 import json
@@ -9,9 +11,8 @@ import pytest
 from kubernetes import client
 
 from pets_localkube import LocalCluster
-from pets_localkube.simulated import (ANNOTATION, ENV, Schedule, ScheduleError, log_plan, parse_schedule, rank_of,
-                                      requested, schedule_of)
-from pets_api import metric_lines
+from pets_localkube.runtimes.simulated import (ANNOTATION, ENV, Schedule, ScheduleError, Workload, parse_schedule,
+                                               plain_log_lines, requested, schedule_of)
 
 from .helpers import api_client, pod_phase, python_pod, wait_for
 
@@ -21,13 +22,14 @@ def pod_with(env=None, annotations=None):
             "spec": {"containers": [{"name": "trainer", "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}]}}
 
 
-def test_the_schedule_comes_from_the_annotation_else_the_environment_with_epochs_from_the_pod():
-    assert schedule_of(pod_with({"EPOCHS": "7"})) == Schedule(epochs=7)
-    from_env = schedule_of(pod_with({"EPOCHS": "7", ENV: '{"epochSeconds": 0.5}'}))
-    assert from_env == Schedule(epoch_seconds=0.5, epochs=7)
+def test_the_schedule_comes_from_the_annotation_else_the_environment_and_defaults_fill_the_rest():
+    assert schedule_of(pod_with({"EPOCHS": "7"})) == Schedule(epochs=1), "the kit reads no workload's variables"
+    from_env = schedule_of(pod_with({ENV: '{"epochSeconds": 0.5}'}))
+    assert from_env == Schedule(epoch_seconds=0.5)
     both = pod_with({ENV: '{"epochSeconds": 0.5}'}, {ANNOTATION: '{"epochs": 2, "accuracy": [0.1, 0.2]}'})
     assert schedule_of(both) == Schedule(epochs=2, accuracy=(0.1, 0.2))
     assert schedule_of(pod_with(), defaults={"epochSeconds": 3}) == Schedule(epoch_seconds=3)
+    assert schedule_of(both, defaults={"epochs": 9, "exitCode": 2}) == Schedule(epochs=2, accuracy=(0.1, 0.2), exit_code=2)
     assert requested(both) and requested(pod_with({ENV: ""})) and not requested(pod_with({"EPOCHS": "2"}))
 
 
@@ -39,25 +41,19 @@ def test_a_bad_schedule_is_refused_with_its_key(text, word):
         parse_schedule(text)
 
 
-def test_rank_zero_prints_an_epoch_line_per_epoch_then_done_the_others_only_start():
+def test_plain_lines_are_a_start_line_one_per_epoch_and_an_end_line():
     schedule = Schedule(epoch_seconds=2, epochs=3, accuracy=(0.4, 0.6))
-    plan = log_plan(schedule, rank=0, pod_name="j-0")
-    assert [offset for offset, _ in plan] == [0.0, 2.0, 4.0, 6.0, 6.0]
-    events = metric_lines.parse_lines([line for _, line in plan])
-    assert [(e["event"], e.get("epoch"), e.get("accuracy")) for e in events] == [
-        ("epoch", 0, 0.4), ("epoch", 1, 0.6), ("epoch", 2, 0.6), ("done", None, 0.6)]
-    assert events[-1]["best_accuracy"] == 0.6
-    assert len(log_plan(schedule, rank=1)) == 1
-    assert rank_of(pod_with({"MACHINE_RANK": "1"})) == 1
-    assert rank_of(pod_with(annotations={"batch.kubernetes.io/job-completion-index": "3"})) == 3
+    assert plain_log_lines(schedule, pod_with()) == [
+        (0.0, "simulated pod p: 3 epochs every 2s"), (2.0, "epoch 0: accuracy 0.4"), (4.0, "epoch 1: accuracy 0.6"),
+        (6.0, "epoch 2: accuracy 0.6"), (6.0, "simulated pod p: exit code 0")]
 
 
 def test_a_failing_schedule_stops_after_its_epoch_with_a_nonzero_code():
     schedule = Schedule(epoch_seconds=1, epochs=5, fail_after_epoch=1)
     assert schedule.final_exit_code == 1 and schedule.run_seconds == 2.0
-    lines = [line for _, line in log_plan(schedule, 0)]
-    assert [e["epoch"] for e in metric_lines.parse_lines(lines)] == [0, 1]
-    assert "exit code 1" in lines[-1]
+    lines = [line for _, line in plain_log_lines(schedule, pod_with())]
+    assert [line for line in lines if line.startswith("epoch ")] == ["epoch 0: accuracy 0.42", "epoch 1: accuracy 0.54"]
+    assert lines[-1] == "simulated pod p: exit code 1"
     assert Schedule(epochs=2, exit_code=4).final_exit_code == 4
 
 
@@ -86,8 +82,8 @@ def test_simulated_and_real_pods_in_one_cluster_and_a_followed_simulated_log(tmp
         wait_for(lambda: pod_phase(core, "sim") == "Succeeded", what="the simulated pod to succeed")
         reader.join(10)
         assert not reader.is_alive(), "a followed log ends when the simulated container does"
-        events = metric_lines.parse_lines("".join(followed))
-        assert [e.get("epoch") for e in events] == [0, 1, 2, None] and events[-1]["event"] == "done"
+        schedule = Schedule(epochs=3, epoch_seconds=0.3, start_seconds=0.2)
+        assert "".join(followed).splitlines() == [line for _, line in plain_log_lines(schedule, {"metadata": {"name": "sim"}})]
         state = core.read_namespaced_pod("sim", "default").status.container_statuses[0].state.terminated
         assert state.exit_code == 0 and state.reason == "Completed"
         wait_for(lambda: pod_phase(core, "real") == "Succeeded", what="the real pod to succeed")
@@ -112,3 +108,16 @@ def test_a_simulate_mode_cluster_fails_a_pod_on_schedule_and_deletes_a_running_o
         wait_for(lambda: pod_phase(core, "long") is None, what="the deleted pod gone")
         assert time.monotonic() - started < 5
         assert cluster.process_ids() == []
+
+
+def test_the_cluster_prints_what_the_workload_handed_in_says(tmp_path):
+    def numbered(schedule, pod):
+        return [(0.1 * n, f"{pod['metadata']['name']} line {n} of {schedule.epochs}") for n in range(schedule.epochs)]
+
+    workload = Workload(log_lines=numbered, schedule_defaults=lambda pod: {"epochs": 2, "epochSeconds": 0.1})
+    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, simulate=True, workload=workload) as cluster, \
+            api_client(cluster) as api:
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod("default", python_pod("numbered", "print('never run')"))
+        wait_for(lambda: pod_phase(core, "numbered") == "Succeeded", what="the simulated pod to succeed")
+        assert core.read_namespaced_pod_log("numbered", "default") == "numbered line 0 of 2\nnumbered line 1 of 2\n"

@@ -1,8 +1,6 @@
-"""Pod logs followed on the event loop (`logstreams`): the pure parts, and followers against a small HTTP server.
-
-The follower cases are those of tests/operator/test_follower.py for the thread follower: a dropped
-connection re-read without doubling, giving up when the pod is gone, the attempt and resumed lines
-passed to the book; plus what only this one does: timestamps, batching, the session's credentials.
+"""Pod 0's log followed on the event loop (`logfollow`): the pure parts, and followers against a small HTTP server:
+a dropped connection re-read without doubling, giving up when the pod is gone, the attempt and resumed lines
+passed to the book, timestamps, batching, the session's credentials.
 """
 from __future__ import annotations
 
@@ -14,9 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from pets_operator.follower import EpochBook
-from pets_api.metric_lines import LineSplitter
-from pets_operator.logstreams import LogStreams, auth_headers, epoch_batches, parse_timestamp, split_timestamp
+from pets_api.metric_lines import LineSplitter, split_lines
+from pets_operator.epochs import EpochBook
+from pets_operator.logfollow import LogStreams, auth_headers, epoch_batches, parse_timestamp, split_timestamp
 
 STAMP = "2026-01-01T00:00:00.500000000Z"
 
@@ -37,6 +35,7 @@ def test_line_splitter_across_chunks():
     splitter = LineSplitter()
     assert splitter.feed(b"ab") == [] and splitter.feed(b"c\nde") == ["abc"]
     assert splitter.feed(b"f\n\ng") == ["def", ""] and splitter.rest() == ["g"] and splitter.rest() == []
+    assert list(split_lines([b"ab", b"c\nde", b"f\n\ng"])) == ["abc", "def", "", "g"]  # the same, for a blocking reader
 
 
 def test_epoch_batches_keep_order_and_split_where_resumed_changes():
@@ -153,7 +152,7 @@ async def test_stop_ends_a_follower_waiting_on_a_silent_log():
 
 @pytest.mark.parametrize("host", ["http://k8s"])
 def test_plain_http_needs_no_tls_context(host):
-    from pets_operator.logstreams import ssl_context
+    from pets_operator.logfollow import ssl_context
     assert ssl_context(kubernetes.client.Configuration(host=host)) is None
     insecure = kubernetes.client.Configuration(host="https://k8s")
     insecure.verify_ssl = False
