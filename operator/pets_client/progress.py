@@ -44,11 +44,13 @@ def epoch_number(entry: Mapping[str, Any]) -> int:
     return int(entry["epoch"]) + 1
 
 
-def progress(name: str, resource: Mapping[str, Any]) -> Progress:
-    """The progress of a PetsTrainingJob as the API server returned it (status and spec)."""
+def progress(name: str, resource: Mapping[str, Any], total: int | None = None) -> Progress:
+    """The progress of a PetsTrainingJob as the API server returned it (status and spec). `total`: the epochs
+    a shipped function runs, which only the notebook knows (its spec.epochs is the CRD's default, unused)."""
     status = resource.get("status") or {}
     spec = resource.get("spec") or {}
-    total = None if spec.get("function") or not isinstance(spec.get("epochs"), int) else spec["epochs"]
+    if total is None and not spec.get("function") and isinstance(spec.get("epochs"), int):
+        total = spec["epochs"]
     epochs = sorted((dict(entry) for entry in status.get("epochs") or []), key=lambda entry: entry["epoch"])
     return Progress(name=name, phase=status.get("phase"), message=status.get("message"), epochs=epochs, total=total)
 
@@ -144,7 +146,13 @@ class BarDisplay:
 
     def close(self, p: Progress) -> None:
         self.update(p)
+        if p.phase == FAILED:  # red, not the green a closed bar gets
+            self._bar.colour = "red"
+            if hasattr(self._bar, "container"):  # tqdm.notebook: its closing keeps a danger style
+                self._bar.disp(bar_style="danger", check_delay=False)
         self._bar.close()
+        # The cell's text output, which GitHub and nbconvert show (the widget's own text stays `0epoch`).
+        print(f"{p.name}: {summary(p)}", flush=True)
         if p.phase == FAILED and p.message:
             print(f"{p.name} failed: {p.message}", file=sys.stderr, flush=True)
 

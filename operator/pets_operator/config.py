@@ -10,6 +10,8 @@ from pets_api.contract import TRAINER_COMMAND
 from pets_api.k8s_names import is_dns1123_label, is_dns1123_subdomain
 from pets_api.names import DEFAULT_GANG_SCHEDULER_NAMES
 
+from .reconcile.step import RESTART_BACKOFF_SECONDS as DEFAULT_RESTART_BACKOFF_SECONDS
+
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080
 DEFAULT_METRICS_PORT = 0  # no /metrics unless asked for (the chart asks for it)
@@ -65,6 +67,9 @@ class OperatorConfig:
     # gangScheduling.*SchedulerName): the name that scheduler runs under in this cluster.
     coscheduling_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["coscheduling"]
     volcano_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["volcano"]
+    # Seconds before a group is restarted after a worker failed, doubling with each restart (at most 6 minutes),
+    # as the Job controller backs off; tests make it short.
+    restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
 
     @property
     def gang_scheduler_names(self) -> dict[str, str]:
@@ -105,6 +110,8 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
                                default=True),
         coscheduling_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_COSCHEDULING_SCHEDULER_NAME", "coscheduling"),
         volcano_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_VOLCANO_SCHEDULER_NAME", "volcano"),
+        restart_backoff_seconds=_seconds(environ, "PETS_OPERATOR_RESTART_BACKOFF_SECONDS",
+                                         DEFAULT_RESTART_BACKOFF_SECONDS),
     )
 
 
@@ -122,9 +129,9 @@ def _leader_election(environ: Mapping[str, str], peering: str) -> LeaseConfig | 
     namespace = environ.get("PETS_OPERATOR_LEASE_NAMESPACE", "").strip()
     if namespace and not is_dns1123_label(namespace):
         raise ConfigError(f"PETS_OPERATOR_LEASE_NAMESPACE must be a namespace name, got {namespace!r}")
-    duration = _seconds(environ, "PETS_OPERATOR_LEASE_DURATION_SECONDS", DEFAULT_LEASE_DURATION_SECONDS)
-    deadline = _seconds(environ, "PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS", DEFAULT_RENEW_DEADLINE_SECONDS)
-    retry = _seconds(environ, "PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS", DEFAULT_RETRY_PERIOD_SECONDS)
+    duration = _whole_seconds(environ, "PETS_OPERATOR_LEASE_DURATION_SECONDS", DEFAULT_LEASE_DURATION_SECONDS)
+    deadline = _whole_seconds(environ, "PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS", DEFAULT_RENEW_DEADLINE_SECONDS)
+    retry = _whole_seconds(environ, "PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS", DEFAULT_RETRY_PERIOD_SECONDS)
     if not duration > deadline > RETRY_JITTER_FACTOR * retry:
         raise ConfigError(
             "the lease needs PETS_OPERATOR_LEASE_DURATION_SECONDS > PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS > "
@@ -133,7 +140,7 @@ def _leader_election(environ: Mapping[str, str], peering: str) -> LeaseConfig | 
     return LeaseConfig(name, namespace, duration, deadline, retry)
 
 
-def _seconds(environ: Mapping[str, str], name: str, default: int) -> int:
+def _whole_seconds(environ: Mapping[str, str], name: str, default: int) -> int:
     text = environ.get(name, "").strip() or str(default)
     try:
         seconds = int(text)
@@ -153,6 +160,19 @@ def _port(environ: Mapping[str, str], name: str, default: int) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{name} must be within 0..65535, got {port}")
     return port
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds (0 or more), got {text!r}")
+    return seconds
 
 
 def _scheduler_name(environ: Mapping[str, str], name: str, scheduler: str) -> str:

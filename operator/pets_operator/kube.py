@@ -125,6 +125,38 @@ class Kube:
             group, version, body["metadata"]["namespace"], "podgroups", body, field_manager=self.field_manager,
             _request_timeout=REQUEST_TIMEOUT)))
 
+    def existing(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The object already there under the name of `body` (after a create answered 409); None when it is gone."""
+        namespace, name, kind = body["metadata"]["namespace"], body["metadata"]["name"], body["kind"]
+        if kind == "Pod":
+            found = _unless_missing(lambda: self.core.read_namespaced_pod(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT))
+        elif kind == "Service":
+            found = _unless_missing(lambda: self.core.read_namespaced_service(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT))
+        elif kind == "NetworkPolicy":
+            found = _unless_missing(lambda: self.networking.read_namespaced_network_policy(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT))
+        else:  # a gang scheduler's PodGroup
+            group, _, version = body["apiVersion"].partition("/")
+            found = _unless_missing(lambda: self.scheduling.get_namespaced_custom_object(
+                group, version, namespace, "podgroups", name, _request_timeout=REQUEST_TIMEOUT))
+        if found is None:
+            return None
+        return {"kind": kind, **self.core.api_client.sanitize_for_serialization(found)}
+
+    def failed_mounts(self, namespace: str) -> dict[str, str]:
+        """Pod uid -> the message of the kubelet's latest FailedMount Warning Event about it, in `namespace`
+        (the only place a volume that cannot be mounted is reported: the pod just stays ContainerCreating)."""
+        events = _calling(lambda: self.core.list_namespaced_event(
+            namespace, field_selector="involvedObject.kind=Pod,reason=FailedMount,type=Warning",
+            _request_timeout=REQUEST_TIMEOUT))
+        latest: dict[str, str] = {}
+        for event in sorted(events.items, key=lambda e: str(e.last_timestamp or e.event_time or "")):
+            if event.involved_object is not None and event.involved_object.uid:
+                latest[event.involved_object.uid] = event.message or "FailedMount"
+        return latest
+
     def delete_pod(self, namespace: str, name: str) -> None:
         _ignore_missing(self._write(lambda: self.core.delete_namespaced_pod(
             name, namespace, _request_timeout=REQUEST_TIMEOUT)))

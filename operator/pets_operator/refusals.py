@@ -4,7 +4,8 @@
 message, the wait the server asked for in Retry-After; no code when no answer came: a timeout, a
 dropped connection). `classify` says what kind of failure it is; the job's reconcile step decides
 what that does to the job. A transient failure is retried after `backoff_seconds`: doubling from
-1 s up to 60 s, and never sooner than the server's Retry-After.
+1 s up to 60 s, and never sooner than the server's Retry-After. A 409 reaches a job only for an
+object that is not its own (`occupants`): the runner adopts its own.
 """
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Iterator, Mapping
 
+from .occupants import Occupant
+
 REFUSED = "Refused"  # the API will refuse the same call again: 400, 403 (not quota), 405, 413, 415, 422
 QUOTA = "QuotaExceeded"  # a ResourceQuota refused it: may pass once other objects are gone or the quota grows
 TRANSIENT = "Transient"  # 5xx, 429, timeouts, dropped connections, ...: retry
+CONFLICT = "NameConflict"  # 409: the name is taken by an object that is not the job's (see `occupants`)
+NOT_SERVED = "NotServed"  # 404 to a create: the API serves no such resource (a CRD that is not installed)
 PERMANENT_CODES = frozenset({400, 403, 405, 413, 415, 422})
 # Kubernetes' ResourceQuota admission: `pods "x" is forbidden: exceeded quota: q, requested: ..., used: ..., limited: ...`
 QUOTA_MARKER = "exceeded quota"
@@ -48,6 +53,10 @@ class ApiFailure:
 
 
 def classify(code: int | None, message: str) -> str:
+    if code == 409:
+        return CONFLICT
+    if code == 404:
+        return NOT_SERVED
     if code == 403 and QUOTA_MARKER in (message or "").lower():
         return QUOTA
     if code in PERMANENT_CODES:
@@ -105,6 +114,12 @@ class CreateFailure:
     attempt: int  # the group attempt (status.restarts) the objects were for
     failures: int  # consecutive failed tries
     at: datetime
+    occupant: Occupant | None = None  # a CONFLICT's: the object that has the name
+
+    @property
+    def object_kind(self) -> str:
+        """`Pod`, `Service`, `NetworkPolicy`, `PodGroup`: the kind of object that was not created."""
+        return self.what.split(" ", 1)[0]
 
     @property
     def kind(self) -> str:
@@ -115,7 +130,7 @@ class CreateFailure:
         return self.at + timedelta(seconds=backoff_seconds(self.failures, self.failure.retry_after))
 
 
-MOST_SEVERE_FIRST = (REFUSED, QUOTA, TRANSIENT)
+MOST_SEVERE_FIRST = (REFUSED, CONFLICT, NOT_SERVED, QUOTA, TRANSIENT)
 
 
 def most_severe(failures: list[tuple[str, ApiFailure]]) -> tuple[str, ApiFailure] | None:

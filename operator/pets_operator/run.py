@@ -35,6 +35,16 @@ def kopf_run_options(config: OperatorConfig) -> dict:
     return options
 
 
+def log_options(config: OperatorConfig, log_format: str) -> dict:
+    """The keyword arguments of `kopf.configure`: a job's lines name it, as `[namespace/name]` in text (kopf
+    leaves that prefix out unless asked) and as the `object` field in JSON."""
+    import kopf
+
+    text = log_format == "text"
+    return {"verbose": config.log_level == "DEBUG", "log_format": kopf.LogFormat.FULL if text else kopf.LogFormat.JSON,
+            "log_prefix": text}
+
+
 def liveness_port_problem(port: int, host: str = "0.0.0.0") -> str | None:
     """Why kopf could not serve /healthz on `port` (another process listens there), or None.
 
@@ -133,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import handlers  # noqa: F401 - registers the handlers
     from . import kopf_api, leadership, metrics
 
-    kopf.configure(verbose=config.log_level == "DEBUG",
-                   log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL)
+    kopf.configure(**log_options(config, args.log_format))
     counted = metrics.default()
     try:
         leader = _lead(config, counted) if config.leader_election is not None else None

@@ -195,8 +195,10 @@ def test_cluster_role_grants_only_what_the_operator_uses(k8s_tools):
     } | {
         ("", "pods", verb) for verb in ("get", "list", "watch", "create", "delete")
     } | {
-        ("", "services", "create"), ("", "pods/log", "get"), ("", "events", "create"),
-        ("networking.k8s.io", "networkpolicies", "create"),
+        ("", "services", "create"), ("", "services", "get"), ("", "pods/log", "get"),
+        ("networking.k8s.io", "networkpolicies", "create"), ("networking.k8s.io", "networkpolicies", "get"),
+    } | {
+        ("", "events", verb) for verb in ("get", "list", "watch", "create")  # the pods' FailedMount events
     } | {
         ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")
     }
@@ -325,15 +327,15 @@ def test_podgroup_permission_only_with_gang_scheduling_enabled(k8s_tools):
     for sets in ((), ("watchNamespaces={team-a}",), ("gangScheduling.schedulers={volcano}",)):
         for role in by_kind(render(k8s_tools, *sets), "ClusterRole") + job_roles(render(k8s_tools, *sets)):
             assert podgroup_rules(role) == set(), sets
-    everything = {(group, "podgroups", "create") for group in PODGROUP_GROUPS.values()}
+    everything = {(group, "podgroups", verb) for group in PODGROUP_GROUPS.values() for verb in ("get", "create")}
     assert podgroup_rules(the(render(k8s_tools, "gangScheduling.enabled=true"), "ClusterRole")) == everything
     for scheduler, group in PODGROUP_GROUPS.items():
         objects = render(k8s_tools, "gangScheduling.enabled=true", f"gangScheduling.schedulers={{{scheduler}}}",
                          "watchNamespaces={team-a,team-b}")
         roles = job_roles(objects)
         assert len(roles) == 2 and not by_kind(objects, "ClusterRole")
-        for role in roles:  # only the listed scheduler's group, only create
-            assert podgroup_rules(role) == {(group, "podgroups", "create")}
+        for role in roles:  # only the listed scheduler's group, only create (and get: is one there the job's?)
+            assert podgroup_rules(role) == {(group, "podgroups", "create"), (group, "podgroups", "get")}
 
 
 def test_the_operator_can_never_edit_a_pod_so_never_remove_kueue_s_finalizer(k8s_tools):

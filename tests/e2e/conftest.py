@@ -27,7 +27,7 @@ class OperatorProcess:
 
     def __init__(self, kubeconfig: Path, log_dir: Path, extra_env: dict[str, str]):
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PETS_OPERATOR_LIVENESS_PORT": "0",
-                    "PETS_OPERATOR_LOG_LEVEL": "INFO", **extra_env}
+                    "PETS_OPERATOR_LOG_LEVEL": "INFO", "PETS_OPERATOR_RESTART_BACKOFF_SECONDS": "1", **extra_env}
         self.log_dir = log_dir
         self.process: subprocess.Popen | None = None
         self.starts = 0

@@ -157,9 +157,10 @@ class Stream:
 
 def test_logs_follow_waits_for_the_container_and_streams_lines():
     stream = Stream([b"epoch 0: 5", b"0.00\nepoch 1: 75.00\n", b"done"])
-    client, _, core = make_client(core={"read_namespaced_pod_log": [refused(400, "container is waiting to start"), stream]})
+    client, _, core = make_client(custom={"get_namespaced_custom_object": {"status": {"phase": "Running"}}},
+                                  core={"read_namespaced_pod_log": [refused(400, "container is waiting to start"), stream]})
     out = io.StringIO()
-    client.job("pets").logs(follow=True, file=out, timeout=5)
+    client.job("pets").logs(follow=True, file=out, timeout=5)  # a job that has not failed: pod 0's
     assert out.getvalue() == "epoch 0: 50.00\nepoch 1: 75.00\ndone\n"
     assert stream.released
     assert core.calls[-1] == ("read_namespaced_pod_log", ("pets-0", "ml"), {"follow": True, "_preload_content": False})

@@ -12,7 +12,7 @@ import pytest
 from pets_operator import runner as runner_module
 from pets_operator.config import OperatorConfig
 from pets_operator.kube import KubeError
-from pets_operator.refusals import QUOTA, REFUSED, TRANSIENT, ApiFailure
+from pets_operator.refusals import CONFLICT, QUOTA, REFUSED, TRANSIENT, ApiFailure
 from pets_operator.runner import JobRunner
 from pets_operator.status import PodView
 
@@ -283,6 +283,75 @@ async def test_pod_0_s_tracking_lines_reach_the_status_in_one_patch_and_one_even
     await one_step(runner)  # nothing new: no patch, no event
     assert len(kube.patches) == patches + 1 and len([e for e in events if e.type == "Warning"]) == 1
     assert kube.status["phase"] == "Running"
+
+
+class ClashingKube(FakeKube):
+    """pets-1 is there already, owned by `owner` (a dict ownerReference, or None for a plain pod)."""
+
+    def __init__(self, owner):
+        super().__init__()
+        self.owner = owner
+
+    def create_pod(self, body):
+        if body["metadata"]["name"] == "pets-1":
+            return False  # 409 AlreadyExists
+        return super().create_pod(body)
+
+    def existing(self, body):
+        meta = {"name": body["metadata"]["name"], "ownerReferences": [self.owner] if self.owner else []}
+        return {"kind": body["kind"], "metadata": meta}
+
+
+async def test_a_pod_already_there_counts_only_when_its_owner_is_this_job():
+    mine = ClashingKube({"kind": "PetsTrainingJob", "name": "pets", "uid": "uid-1", "controller": True})
+    runner, _ = make_runner(mine)
+    await one_step(runner)
+    assert runner.create_failure is None  # an earlier step's pod: adopted, not created again
+    plain = ClashingKube(None)
+    runner, events = make_runner(plain)
+    await one_step(runner)
+    assert runner.create_failure.kind == CONFLICT and runner.create_failure.what == "Pod pets-1"
+    assert runner.create_failure.occupant.describe() == "Pod pets-1 already exists and is not this job's: it has no owner"
+    await one_step(runner)
+    assert plain.status["phase"] == "Failed" and [e.reason for e in events] == ["NameConflict"]
+
+
+async def test_failed_mount_events_of_waiting_pods_reach_the_status():
+    kube = FakeKube()
+    message = 'MountVolume.SetUp failed for volume "data" : hostPath type check failed: /d is not a directory'
+    reads = []
+
+    def failed_mounts(namespace):
+        reads.append(namespace)
+        return {"uid-pets-0-0": message, "uid-of-another-pod": "not this job's"}
+
+    kube.failed_mounts = failed_mounts
+    runner, events = make_runner(kube)
+    await one_step(runner)  # creates the pods (Pending, no container state yet: nothing to read)
+    kube.pods = {name: dataclasses.replace(pod, reason="ContainerCreating") for name, pod in kube.pods.items()}
+    await runner._read_mount_failures()
+    await runner._read_mount_failures()  # within MOUNT_CHECK_SECONDS: not read again
+    assert reads == ["ml"] and runner.mount_failures == {"pets-0": message}
+    await one_step(runner)
+    assert f"pod pets-0 cannot mount its volumes: {message}" in kube.status["message"]
+    assert "FailedMount" in [e.reason for e in events]
+    kube.pods = {name: dataclasses.replace(pod, phase="Running", reason=None) for name, pod in kube.pods.items()}
+    await runner._read_mount_failures()
+    assert runner.mount_failures == {} and reads == ["ml"]
+
+
+def test_each_epoch_is_logged_once_and_none_the_status_had(caplog):
+    kube = FakeKube()
+    known = [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.6}]
+
+    async def make():
+        return make_runner(kube, {"epochs": known, "restarts": 0})[0]
+
+    runner = asyncio.run(make())
+    with caplog.at_level(logging.INFO):
+        runner._publish_epochs({"epochs": known + [{"epoch": 2, "accuracy": 0.7}, {"epoch": 3, "accuracy": 0.8}]})
+        runner._publish_epochs({"epochs": known + [{"epoch": 2, "accuracy": 0.7}, {"epoch": 3, "accuracy": 0.8}]})
+    assert [r.getMessage() for r in caplog.records] == ["epoch 2: accuracy 0.7000", "epoch 3: accuracy 0.8000"]
 
 
 async def test_pod_0_is_followed_once_it_runs_and_the_job_succeeds_once_its_log_is_read():

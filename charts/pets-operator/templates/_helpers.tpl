@@ -49,6 +49,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get, patch]
 # What each job owns: one pod per node (watched through a kopf index) and one headless
 # Service, which the garbage collector removes with the job; pod 0's log carries the metrics.
+# `get` on each kind it creates: an object already there under its name is adopted only when it is
+# the job's own (its ownerReference), anything else is a name conflict.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
@@ -57,12 +59,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get]
 - apiGroups: [""]
   resources: [services]
-  verbs: [create]
+  verbs: [get, create]
 {{- if .Values.networkPolicy.enabled }}
 # And one NetworkPolicy (its pods admit ingress only from each other), removed with the job as well.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create]
+  verbs: [get, create]
 {{- end }}
 {{- if .Values.gangScheduling.enabled }}
 # Jobs with spec.gangScheduling: the gang scheduler's PodGroup, created with the job (once; an existing
@@ -70,18 +72,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if has "coscheduling" .Values.gangScheduling.schedulers }}
 - apiGroups: [scheduling.x-k8s.io]
   resources: [podgroups]
-  verbs: [create]
+  verbs: [get, create]
 {{- end }}
 {{- if has "volcano" .Values.gangScheduling.schedulers }}
 - apiGroups: [scheduling.volcano.sh]
   resources: [podgroups]
-  verbs: [create]
+  verbs: [get, create]
 {{- end }}
 {{- end }}
-# kopf posts its handler progress and errors as core events.
+# kopf posts its handler progress and errors as core events; the operator reads the kubelet's
+# FailedMount Warning events of a job's pods (a volume that cannot be mounted is said nowhere else).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [get, list, watch, create]
 {{- end -}}
 
 {{/* "true" when the pods elect a leader on a Lease (peering, when enabled, picks the active pod instead). */}}
