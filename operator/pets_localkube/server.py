@@ -39,6 +39,14 @@ _JSON_TYPES = ("", "application/json", "*/*")
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 
 
+def accepts_json(accept: str) -> bool:
+    """Whether an Accept header admits a JSON answer (no header, */*, application/*, or a JSON type)."""
+    if not accept.strip():
+        return True
+    types = [part.split(";")[0].strip() for part in accept.split(",")]
+    return any(t in ("*/*", "application/*", "application/json", "application/yaml") or t.endswith("+json") for t in types)
+
+
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     headers = {"Warning": ", ".join(f'299 - {json.dumps(w)}' for w in warnings)} if warnings else None
     return web.Response(text=json.dumps(body), status=status, content_type="application/json", headers=headers)
@@ -132,7 +140,12 @@ class ApiServer:
         return table
 
     def _target(self, request: web.Request) -> Target:
-        return target_of(self.registry, request.match_info)
+        target = target_of(self.registry, request.match_info)
+        if target.resource.is_custom and not accepts_json(request.headers.get("Accept", "")):
+            # A real API server has no protobuf form of a custom resource: an Accept of protobuf only is 406.
+            raise errors.ApiError(406, "NotAcceptable", f"only the following media types are accepted: application/json, "
+                                  f"application/yaml, application/json;stream=watch")
+        return target
 
     # --- fixed paths and discovery -----------------------------------------------------------
 
