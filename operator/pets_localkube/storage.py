@@ -388,10 +388,6 @@ class Storage:
             finalizers.append("orphan")
         grace = self._grace_period(resource, current, options)
         if not finalizers and not grace and not self._held(resource, current):
-            if resource.is_custom:  # Kubernetes answers a custom resource deleted at once with a Status, not the object
-                if not dry_run:
-                    self.store.remove(resource.key, current)
-                return _deleted_status(resource, current)
             if dry_run:
                 return self._versioned(current, resource, None)
             return self._versioned(self.store.remove(resource.key, current), resource, None)
@@ -467,9 +463,3 @@ def _take_new_images(kept: list[Obj], wanted: list[Obj]) -> None:
     for container in kept:
         if container.get("name") in images:
             container["image"] = images[container["name"]]
-
-
-def _deleted_status(resource: ResourceType, obj: Obj) -> Obj:
-    meta = obj["metadata"]
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "details": {"name": meta["name"], "group": resource.group, "kind": resource.plural, "uid": meta.get("uid")}}

@@ -13,7 +13,6 @@ import requests
 import yaml
 
 from pets_localkube import LocalCluster
-
 from tests.realcluster.corpus import CORPUS, NS, Call
 
 pytestmark = pytest.mark.realcluster
@@ -112,8 +111,8 @@ def wait_for(condition, timeout: float = 60, what: str = "condition"):
         time.sleep(0.25)
 
 
-def prepare(server: Server, real: bool) -> None:
-    """The CRD, served; on the real server, also the namespace's default ServiceAccount (pods need it)."""
+def prepare(server: Server) -> None:
+    """The CRD, installed and served."""
     manifest = yaml.safe_load(CRD.read_text())
     answer = server.session.post(server.url + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                                  json=manifest, timeout=30)
@@ -123,6 +122,7 @@ def prepare(server: Server, real: bool) -> None:
 
 
 def after_setup(server: Server, real: bool) -> None:
+    """On the real server, the namespace's default ServiceAccount must exist before pods can be made."""
     if real:
         wait_for(lambda: server.session.get(server.url + f"/api/v1/namespaces/{NS}/serviceaccounts/default",
                                             timeout=10).status_code == 200, what="the default ServiceAccount")
@@ -132,7 +132,7 @@ def after_setup(server: Server, real: bool) -> None:
 def emulator(tmp_path_factory):
     with LocalCluster(workdir=tmp_path_factory.mktemp("emulator"), simulate=True) as cluster:
         server = Server(cluster.url, requests.Session())
-        prepare(server, real=False)
+        prepare(server)
         yield server
 
 
@@ -144,7 +144,7 @@ def real(control_plane):
     session.verify = str(pki / "ca.crt")
     session.trust_env = False  # else REQUESTS_CA_BUNDLE replaces the cluster's CA
     server = Server(control_plane.url, session)
-    prepare(server, real=True)
+    prepare(server)
     yield server
 
 
