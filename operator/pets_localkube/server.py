@@ -20,7 +20,7 @@ from aiohttp import web
 from . import errors, logs, openapi, protobuf, routes
 from .apimetrics import RequestCounter
 from .collector import Collector
-from .resources import Registry
+from .resources import Registry, ResourceType
 from .routes import Target, not_found, target_of
 from .selectors import parse_field_selector, parse_label_selector
 from .storage import POD_KEY, Storage
@@ -37,6 +37,21 @@ DRY_RUN_ALL = "All"  # the one dryRun value the API defines
 # Request body media types (a PATCH's own types are checked by patch.apply_patch).
 _JSON_TYPES = ("", "application/json", "*/*")
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+
+
+def accepts_json(accept: str) -> bool:
+    """Whether an Accept header admits a JSON answer (no header, */*, application/*, or a JSON type)."""
+    if not accept.strip():
+        return True
+    types = [part.split(";")[0].strip() for part in accept.split(",")]
+    return any(t in ("*/*", "application/*", "application/json", "application/yaml") or t.endswith("+json") for t in types)
+
+
+def deleted_status(resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """What Kubernetes answers a DELETE of a custom resource that is gone at once (no finalizers)."""
+    meta = obj["metadata"]
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": meta["name"], "group": resource.group, "kind": resource.plural, "uid": meta.get("uid")}}
 
 
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
@@ -132,7 +147,12 @@ class ApiServer:
         return table
 
     def _target(self, request: web.Request) -> Target:
-        return target_of(self.registry, request.match_info)
+        target = target_of(self.registry, request.match_info)
+        if target.resource.is_custom and not accepts_json(request.headers.get("Accept", "")):
+            # A real API server has no protobuf form of a custom resource: an Accept of protobuf only is 406.
+            raise errors.ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
+                                  "application/yaml, application/json;stream=watch")
+        return target
 
     # --- fixed paths and discovery -----------------------------------------------------------
 
@@ -207,7 +227,10 @@ class ApiServer:
         target = self._target(request)
         options = await self._delete_options(request)
         dry_run = self._dry_run(request, "DeleteOptions", options.get("dryRun"))
-        return _json(self.storage.delete(target.resource, target.namespace, target.name, options, dry_run=dry_run))
+        obj = self.storage.delete(target.resource, target.namespace, target.name, options, dry_run=dry_run)
+        if target.resource.is_custom and not obj["metadata"].get("deletionTimestamp"):
+            return _json(deleted_status(target.resource, obj))  # deleted at once: Kubernetes answers a Status
+        return _json(obj)
 
     async def _bind(self, request: web.Request) -> web.Response:
         target = self._target(request)
