@@ -119,7 +119,8 @@ def ssl_context(configuration: Any) -> ssl.SSLContext | bool | None:
 
 def auth_headers(configuration: Any) -> dict[str, str]:
     """The Authorization header the kubernetes client would send now (a refreshed token included)."""
-    token = configuration.get_api_key_with_prefix("authorization")
+    # A kubeconfig's token is under "BearerToken" (kubernetes.config.load_kube_config); "authorization" by hand.
+    token = configuration.get_api_key_with_prefix("BearerToken") or configuration.get_api_key_with_prefix("authorization")
     if token:
         return {"Authorization": token}
     if configuration.username or configuration.password:

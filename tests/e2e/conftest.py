@@ -1,6 +1,14 @@
-"""The e2e stack: a LocalCluster, the real operator as a subprocess, the official client."""
+"""The e2e stack: a cluster, the real operator as a subprocess, the official client.
+
+The cluster is the project's emulated API server (`LocalCluster`) unless a test (or its module)
+carries `@pytest.mark.both_servers`: then it runs twice, `[emulated]` and `[kubernetes]`, the
+second on Kubernetes' own control plane with the local kubelet as its Node (`KubernetesCluster`,
+binaries from hack/control_plane.sh; marked `realcluster`, skipped with the reason when they are
+not built and there is no Go to build them). docs/real-cluster.md lists where the two differ.
+"""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -16,10 +24,13 @@ from kubernetes.client.exceptions import ApiException
 
 from pets_api import GROUP, PLURAL, VERSION
 from pets_localkube import LocalCluster, product
+from pets_localkube.kubernetes_cluster import KubernetesCluster
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).with_name("stand_in.py")
 NAMESPACE = "default"
+SERVERS = ["emulated", pytest.param("kubernetes", marks=pytest.mark.realcluster)]
+_CONTROL_PLANE = pytest.StashKey[tuple[str, str]]()  # tests/realcluster/conftest.py's _prepare result
 
 
 class OperatorProcess:
@@ -117,10 +128,54 @@ def cluster_crds() -> list[Path]:
     return [REPO / "manifests" / "crd.yaml"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_servers: run on the emulated API server and on kube-apiserver "
+                                       "(the `cluster` fixture's params emulated, kubernetes)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "cluster" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_servers"):
+        metafunc.parametrize("cluster", SERVERS, indirect=True)
+
+
+def _control_plane_build():
+    """tests/realcluster/conftest.py as a plain module: its `_prepare` (check, build with Go, or skip)."""
+    spec = importlib.util.spec_from_file_location("pets_realcluster_build", REPO / "tests" / "realcluster" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    config = session.config
+    if config.option.collectonly or _CONTROL_PLANE in config.stash:
+        return
+    if any(item.get_closest_marker("realcluster") and item.get_closest_marker("both_servers") for item in session.items):
+        config.stash[_CONTROL_PLANE] = _control_plane_build()._prepare(config)
+
+
+def control_plane_bin(config: pytest.Config) -> Path:
+    if _CONTROL_PLANE not in config.stash:
+        config.stash[_CONTROL_PLANE] = _control_plane_build()._prepare(config)
+    kind, value = config.stash[_CONTROL_PLANE]
+    if kind == "skip":
+        pytest.skip(value)
+    if kind == "fail":
+        pytest.fail(value)
+    return Path(value)
+
+
 @pytest.fixture
-def cluster(tmp_path, cluster_crds):
-    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=cluster_crds, entrypoints=product.ENTRYPOINTS,
-                      workload=product.TRAINER) as running:
+def cluster(tmp_path, cluster_crds, request):
+    """The emulated API server, or (param "kubernetes") kube-apiserver with the local kubelet as its Node."""
+    if getattr(request, "param", "emulated") == "kubernetes":
+        running = KubernetesCluster(tmp_path / "cluster", cpu=2, crds=cluster_crds, bin_dir=control_plane_bin(request.config),
+                                    entrypoints=product.ENTRYPOINTS, workload=product.TRAINER)
+    else:
+        running = LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=cluster_crds, entrypoints=product.ENTRYPOINTS,
+                               workload=product.TRAINER)
+    with running:
         yield running
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from pets_api import GROUP, VERSION
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.both_servers]
 
 JOB = "steady"
 
@@ -40,9 +40,12 @@ def status(api) -> dict:
     return (api.job(JOB) or {}).get("status") or {}
 
 
-def refusal(field: str, schema_type: str) -> str:
-    return (f'The PetsTrainingJob "{JOB}" is invalid: spec.{field}: Invalid value: "{schema_type}": '
-            f"{field} is immutable: delete and recreate the job to change it")
+def refused(field: str, stderr: str) -> bool:
+    """The CRD rule's refusal. The emulator names the schema type as the invalid value, kube-apiserver
+    the value itself (docs/real-cluster.md): both share the rest."""
+    head = f'The PetsTrainingJob "{JOB}" is invalid: spec.{field}: Invalid value: '
+    rule = f"{field} is immutable: delete and recreate the job to change it"
+    return head in stderr and rule in stderr.split(head, 1)[1]
 
 
 def test_kubectl_cannot_change_what_shapes_a_running_job_and_the_job_goes_on(
@@ -54,13 +57,12 @@ def test_kubectl_cannot_change_what_shapes_a_running_job_and_the_job_goes_on(
     assert f"petstrainingjob.training.pets.dev/{JOB} unchanged" in run_kubectl("apply", "-f", str(path)).stdout
     created = api.job(JOB)
 
-    for change, field, schema_type in [({"numNodes": 3}, "numNodes", "integer"), ({"epochs": 9}, "epochs", "integer"),
-                                       ({"model": "resnet18"}, "model", "string"),
-                                       ({"data": {"synthetic": None, "hostPath": "/images"}}, "data", "object")]:
+    for change, field in [({"numNodes": 3}, "numNodes"), ({"epochs": 9}, "epochs"), ({"model": "resnet18"}, "model"),
+                          ({"data": {"synthetic": None, "hostPath": "/images"}}, "data")]:
         done = run_kubectl("patch", "ptj", JOB, "--type", "merge", "-p", json.dumps({"spec": change}), check=False)
-        assert done.returncode != 0 and refusal(field, schema_type) in done.stderr, done.stderr
+        assert done.returncode != 0 and refused(field, done.stderr), done.stderr
     done = run_kubectl("apply", "-f", str(manifest(tmp_path / "more-nodes.yaml", numNodes=3)), check=False)
-    assert done.returncode != 0 and refusal("numNodes", "integer") in done.stderr, done.stderr
+    assert done.returncode != 0 and refused("numNodes", done.stderr), done.stderr
     done = run_kubectl("patch", "ptj", JOB, "--type", "merge", "-p", '{"spec": {"checkpoint": {"hostPath": "/ckpt"}}}', check=False)
     assert done.returncode != 0 and "checkpoint is immutable: it cannot be added or removed" in done.stderr, done.stderr
 

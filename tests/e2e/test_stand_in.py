@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.both_servers]
 
 
 def job_spec(**extra):
@@ -130,4 +130,4 @@ def test_ttl_after_finished_deletes_the_job_and_its_objects(api, operator_proces
     api.create_job("short-lived", job_spec(epochs=2, ttlSecondsAfterFinished=2))
     wait_for("Succeeded", lambda: phase(api, "short-lived") == "Succeeded", 60, operator.logs)
     wait_for("the job and its objects deleted", lambda: api.job("short-lived") is None and not api.pods("short-lived")
-             and not api.services("short-lived"), 30, operator.logs)
+             and not api.services("short-lived"), 60, operator.logs)  # kube-controller-manager's GC: tens of s loaded

@@ -53,6 +53,18 @@ def test_the_authorization_header_is_the_clients():
     assert auth_headers(kubernetes.client.Configuration(host="http://k8s")) == {}
 
 
+def test_the_authorization_header_carries_a_kubeconfigs_token(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://k8s"}}],
+        "users": [{"name": "sa", "user": {"token": "abc"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "sa"}}]}))
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    assert auth_headers(configuration) == {"Authorization": "Bearer abc"}
+
+
 class FakeApi:
     """`/log` answers from a list of bodies (a body ending without newline is a dropped connection), `/pods/p`
     from a list of (uid, phase) or None (404)."""
