@@ -453,6 +453,7 @@ class Kueue:
         self._api: Api | None = None
         self._webhooks: list[dict[str, Any]] = []
         self._log_handle = None
+        self._last_probe: str | None = None
         self._step = "init"
 
     # -- public ---------------------------------------------------------------------------
@@ -499,7 +500,7 @@ class Kueue:
         for webhook in self._webhooks:
             try:
                 self.api.delete(webhook)
-            except Exception:  # the API server may be gone already; nothing is left to refuse pods then
+            except (ApiError, OSError, http.client.HTTPException):  # the API server may be gone already
                 pass
         self._webhooks = []
         if self._api is not None:
@@ -582,7 +583,7 @@ class Kueue:
                                       {"metadata": {"name": webhook["metadata"]["name"]}})
                 self.api.apply(webhook)
         except ApiError as error:
-            raise self._fail(f"the API server refused it: {str(error)}") from error
+            raise self._fail(f"the API server refused it: {error}") from error
 
         self._step = "start kueue"
         self.config_file.write_text(yaml.safe_dump(configuration(
@@ -633,7 +634,7 @@ class Kueue:
                 retry = error.status in (404, 500, 503) or "failed calling webhook" in str(error)
                 if not retry or time.monotonic() > deadline:
                     raise KueueError(f"{what}: {obj['kind']} {obj['metadata']['name']} was refused: "
-                                     f"{str(error)}") from error
+                                     f"{error}") from error
             time.sleep(0.5)
 
     def _signed_kubeconfig(self, pki_dir: Path) -> str:
@@ -680,9 +681,9 @@ class Kueue:
             except (OSError, http.client.HTTPException) as error:
                 last_error = error
             except ApiError as error:
-                raise self._fail(f"waiting for {what}: {str(error)}", with_log=self.process is not None)
+                raise self._fail(f"waiting for {what}: {error}", with_log=self.process is not None)
             if time.monotonic() > deadline:
-                last = getattr(self, "_last_probe", None) or last_error
+                last = self._last_probe or last_error
                 raise self._fail(f"no {what} after {self.startup_timeout:.0f} s (last: {last!r})",
                                  with_log=self.process is not None)
             time.sleep(interval)

@@ -20,13 +20,18 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from pets_api import names
-from pets_localkube.kueue import BUILD_SCRIPT, Kueue, pinned_versions
+from pets_localkube.kueue import (BUILD_SCRIPT, Kueue, KueueError, configuration, parse_quota, pinned_versions,
+                                   queue_objects, webhook_configurations)
 from pets_operator import builders
 from pets_operator.spec import with_defaults
 from tests.realcluster.test_control_plane import new_namespace, wait_for
 
-# The first test's setup may build Kueue (a cold build took 16 min on 2 loaded cores).
-pytestmark = [pytest.mark.realcluster, pytest.mark.timeout(2700)]
+
+def real_cluster(test):
+    """On the real control plane; the first such test's setup may build Kueue (a cold build took
+    16 min on 2 loaded cores), hence the timeout."""
+    return pytest.mark.realcluster(pytest.mark.timeout(2700)(test))
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_JOB = REPO_ROOT / "manifests" / "job.yaml"
@@ -122,6 +127,7 @@ def workload(api_client, namespace: str, name: str) -> dict | None:
         raise
 
 
+@real_cluster
 def test_kueue_runs_the_pinned_release_with_its_own_identity(kueue):
     log = kueue.log.read_text()
     assert f'"gitVersion":"{pinned_versions()["kueue"]}"' in log
@@ -139,6 +145,7 @@ def test_kueue_runs_the_pinned_release_with_its_own_identity(kueue):
     assert "Forbidden" not in log and "forbidden" not in log  # Kueue's own RBAC from the module is enough
 
 
+@real_cluster
 def test_operator_groups_are_gated_admitted_whole_and_queued_within_the_quota(api_client, queued_namespace,
                                                                                  sample_spec):
     core = client.CoreV1Api(api_client)
@@ -194,6 +201,7 @@ def test_operator_groups_are_gated_admitted_whole_and_queued_within_the_quota(ap
     print(f"admission order: {' -> '.join(order)}")
 
 
+@real_cluster
 @pytest.mark.parametrize("breakage, message", [
     ("no-total-count", "both the 'kueue.x-k8s.io/pod-group-total-count' annotation and the "
                        "'kueue.x-k8s.io/pod-group-name' label should be set"),
@@ -219,6 +227,7 @@ def test_kueue_s_webhook_refuses_a_malformed_group(api_client, queued_namespace,
     assert said.startswith('admission webhook "vpod.kb.io" denied the request') and message in said
 
 
+@real_cluster
 def test_pods_of_a_namespace_kueue_does_not_manage_are_not_held(api_client, kueue, sample_spec):
     """Item 6 of issue 24: no gate of the operator's holds them; Kueue adds none; the scheduler has them."""
     core = client.CoreV1Api(api_client)
@@ -239,6 +248,7 @@ def test_pods_of_a_namespace_kueue_does_not_manage_are_not_held(api_client, kueu
                     what="the scheduler to try the pods")
 
 
+@real_cluster
 def test_a_group_is_admitted_only_once_all_its_pods_exist(api_client, kueue, group_quota, sample_spec):
     """Kueue forms the Workload from the pod-group-total-count pods: one pod alone is never admitted."""
     core = client.CoreV1Api(api_client)
@@ -260,3 +270,68 @@ def test_a_group_is_admitted_only_once_all_its_pods_exist(api_client, kueue, gro
              what=f"{group} to be admitted once complete")
     wait_for(lambda: all(not gates(p) for p in core.list_namespaced_pod(namespace).items), 30,
              what=f"the gates of {group} removed")
+
+
+# -- the pure parts, without a cluster --------------------------------------------------------
+
+def test_the_configuration_manages_pods_with_a_queue_name_outside_the_system_namespaces(tmp_path):
+    config = configuration(9443, 8081, tmp_path, excluded_namespaces=["team-z"])
+    assert config["integrations"] == {"frameworks": ["pod"]} and config["manageJobsWithoutQueueName"] is False
+    assert config["managedJobsNamespaceSelector"] == {"matchExpressions": [{
+        "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+        "values": ["kube-node-lease", "kube-public", "kube-system", "kueue-system", "team-z"]}]}
+    assert config["webhook"] == {"host": "127.0.0.1", "port": 9443, "certDir": str(tmp_path)}
+    assert config["internalCertManagement"]["enable"] is True  # seeded: see pets_localkube.kueue
+    assert config["featureGates"] == {"VisibilityOnDemand": False} and config["metrics"] == {"bindAddress": "0"}
+
+
+def test_quota_and_queues():
+    assert parse_quota("cpu=1, memory=2Gi") == {"cpu": "1", "memory": "2Gi"}
+    for bad in ("", "cpu", "cpu=", "=1"):
+        with pytest.raises(ValueError, match="cpu=1,memory=2Gi"):
+            parse_quota(bad)
+    flavor, cluster_queue, local_queue = queue_objects("team-a", {"memory": "2Gi", "cpu": "1"}, "team-a", "cq")
+    assert flavor["kind"] == "ResourceFlavor" and local_queue["metadata"] == {"name": "team-a", "namespace": "team-a"}
+    assert local_queue["spec"] == {"clusterQueue": "cq"}
+    assert cluster_queue["spec"]["resourceGroups"] == [{"coveredResources": ["cpu", "memory"], "flavors": [{
+        "name": "default-flavor", "resources": [{"name": "cpu", "nominalQuota": "1"},
+                                                {"name": "memory", "nominalQuota": "2Gi"}]}]}]
+
+
+WEBHOOK_KUSTOMIZATION = """
+resources: [manifests.yaml]
+patches:
+- patch: |-
+    apiVersion: admissionregistration.k8s.io/v1
+    kind: MutatingWebhookConfiguration
+    metadata: {name: mutating-webhook-configuration}
+    webhooks:
+    - name: mpod.kb.io
+      namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system]}]}
+"""
+WEBHOOK_MANIFESTS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mutating-webhook-configuration}
+webhooks:
+- name: mpod.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate--v1-pod}}
+- name: mclusterqueue.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-kueue-x-k8s-io-v1beta2-clusterqueue}}
+"""
+
+
+def test_webhook_configurations_call_the_local_url_with_kueue_s_patches(tmp_path):
+    webhook_dir = tmp_path / "components" / "webhook"
+    webhook_dir.mkdir(parents=True)
+    (webhook_dir / "kustomization.yaml").write_text(WEBHOOK_KUSTOMIZATION)
+    (webhook_dir / "manifests.yaml").write_text(WEBHOOK_MANIFESTS)
+    [mutating] = webhook_configurations(tmp_path, "https://127.0.0.1:9443", "Q0E=")
+    assert mutating["metadata"]["name"] == "kueue-mutating-webhook-configuration"  # the name Kueue injects its CA into
+    pod, cluster_queue = mutating["webhooks"]
+    assert pod["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate--v1-pod", "caBundle": "Q0E="}
+    assert pod["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+    assert "namespaceSelector" not in cluster_queue
+    (webhook_dir / "kustomization.yaml").write_text(WEBHOOK_KUSTOMIZATION.replace("mpod.kb.io", "mgone.kb.io"))
+    with pytest.raises(KueueError, match="mgone.kb.io"):
+        webhook_configurations(tmp_path, "https://127.0.0.1:9443", "Q0E=")
