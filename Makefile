@@ -1,5 +1,6 @@
 # pets-operator: development, images and deployment.
 #   make venv test            # unit + local-cluster tests
+#   make test-fast lint       # the quick loop: units and in-process tests (no training, containers or e2e); ruff + import contracts
 #   make images kind-load deploy   # build both images, load them into kind, helm install
 #   make e2e-kind             # the kind integration tests (need kind and docker)
 
@@ -22,7 +23,7 @@ TOOLS := $(PY) hack/k8s_tools.py
 HELM ?= $$($(TOOLS) helm)
 KUBECTL ?= $$($(TOOLS) kubectl)
 
-.PHONY: help venv test tools manifests check-manifests lint-chart images images-airgapped kind-cluster kind-load deploy undeploy demo e2e-kind
+.PHONY: help venv test test-fast lint tools manifests check-manifests lint-chart images images-airgapped kind-cluster kind-load deploy undeploy demo e2e-kind
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,14 +38,22 @@ $(VENV)/.installed: pyproject.toml
 test: venv ## the test suite without the kind tests
 	$(VENV)/bin/pytest -m 'not kind' $(PYTEST_ARGS)
 
+test-fast: venv ## units and in-process tests on 2 workers: no real training, containers or end-to-end runs
+	$(VENV)/bin/pytest -n 2 -m 'not slow and not container and not kind and not e2e and not realcluster' $(PYTEST_ARGS)
+
+# PYTHONPATH: import-linter analyses the packages of this checkout, wherever the venv's editable install points.
+lint: venv ## ruff, and the package boundaries of [tool.importlinter] in pyproject.toml
+	$(VENV)/bin/ruff check .
+	PYTHONPATH=operator:trainer_image $(VENV)/bin/lint-imports --no-cache
+
 tools: venv ## fetch helm and kubectl into the user cache and print their paths
 	$(TOOLS)
 
 manifests: venv ## regenerate manifests/operator.yaml from the chart
-	$(PY) hack/chart.py --write
+	$(PY) -m hack.chart --write
 
 check-manifests: venv ## fail when manifests/operator.yaml has drifted from the chart
-	$(PY) hack/chart.py --check
+	$(PY) -m hack.chart --check
 
 lint-chart: venv ## helm lint the chart
 	$(HELM) lint --strict charts/pets-operator
@@ -85,16 +94,16 @@ LOCKS_ARGS ?=
 AUDIT_ARGS ?=
 
 locks: ## regenerate requirements/*.lock (uv pip compile --generate-hashes); LOCKS_ARGS=--upgrade for newest
-	$(PYTHON) hack/locks.py --write --torch-pins "$(TORCH_PINS)" $(LOCKS_ARGS)
+	$(PYTHON) -m hack.locks --write --torch-pins "$(TORCH_PINS)" $(LOCKS_ARGS)
 
 check-locks: ## fail when requirements/*.lock differ from what `make locks` writes
-	$(PYTHON) hack/locks.py --check --torch-pins "$(TORCH_PINS)"
+	$(PYTHON) -m hack.locks --check --torch-pins "$(TORCH_PINS)"
 
 sbom: ## CycloneDX SBOMs of both images, from their locks, into build/sbom/
-	$(PYTHON) hack/sbom.py
+	$(PYTHON) -m hack.sbom
 
 audit: ## pip-audit the locks: fails on a known vulnerability with a fix (requirements/audit-allowlist.txt)
-	$(PYTHON) hack/audit.py $(AUDIT_ARGS)
+	$(PYTHON) -m hack.audit $(AUDIT_ARGS)
 
 lint-workflows: ## actionlint and zizmor (offline) on .github/workflows/
-	$(PYTHON) hack/lint_workflows.py
+	$(PYTHON) -m hack.lint_workflows

@@ -1,7 +1,7 @@
 """pip-audit over the lock files: fails on a known vulnerability that has a fix (make audit).
 
-    python hack/audit.py                       # every lock in requirements/ that hack/locks.py makes
-    python hack/audit.py --if-unaudited warn   # where the vulnerability service cannot be reached
+    python -m hack.audit                       # every lock in requirements/ that hack/locks.py makes
+    python -m hack.audit --if-unaudited warn   # where the vulnerability service cannot be reached
 
 pip-audit (pinned in requirements/tools.lock) reads each lock as it is (`--disable-pip
 --require-hashes`: nothing is installed or resolved) and asks its vulnerability service (`pypi`,
@@ -108,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="what a package the service could not audit does (default: fail)")
     args = parser.parse_args(argv)
 
-    import locks
-    import supply_chain_tools
+    from hack import locks, supply_chain_tools
 
     try:
         allowlist = parse_allowlist(ALLOWLIST.read_text()) if ALLOWLIST.is_file() else {}
@@ -141,5 +140,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

@@ -4,10 +4,10 @@ The chart is the single source of the operator's ServiceAccount, RBAC and Deploy
 `manifests/operator.yaml` is `helm template` of the default values (plus the Namespace), so
 `kubectl apply -f manifests/` installs the same objects `helm install` does.
 
-    python hack/chart.py --write    # regenerate manifests/operator.yaml (make manifests)
-    python hack/chart.py --check    # exit 1 when it has drifted from the chart (make check-manifests)
+    python -m hack.chart --write    # regenerate manifests/operator.yaml (make manifests)
+    python -m hack.chart --check    # exit 1 when it has drifted from the chart (make check-manifests)
 
-The tests import it as `chart` (tests/conftest.py puts hack/ on sys.path).
+The tests import it as `hack.chart`.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-import k8s_tools  # hack/k8s_tools.py: this folder is on sys.path (the script's own, or the tests')
+from hack import k8s_tools
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHART_DIR = REPO_ROOT / "charts" / "pets-operator"
@@ -27,7 +27,7 @@ MANIFESTS_DIR = REPO_ROOT / "manifests"
 OPERATOR_MANIFEST = MANIFESTS_DIR / "operator.yaml"
 RELEASE = "pets-operator"
 NAMESPACE = "pets-operator"
-REGENERATE_COMMAND = "make manifests  (or: python hack/chart.py --write)"
+REGENERATE_COMMAND = "make manifests  (or: python -m hack.chart --write)"
 # The plain manifests also create the namespace; `helm install --create-namespace` does that for Helm.
 MANIFEST_SET = ("namespace.create=true",)
 HEADER = (

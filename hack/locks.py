@@ -1,9 +1,9 @@
 """The lock files: every package the images (and the supply-chain tools) install, pinned with hashes.
 
-    python hack/locks.py --write              # regenerate requirements/*.lock (make locks)
-    python hack/locks.py --write --upgrade    # the same, taking the newest versions the inputs allow
-    python hack/locks.py --check              # fail when --write would change them (make check-locks)
-    python hack/locks.py --write --torch-backend cpu   # also requirements/trainer-cpu.lock (see below)
+    python -m hack.locks --write              # regenerate requirements/*.lock (make locks)
+    python -m hack.locks --write --upgrade    # the same, taking the newest versions the inputs allow
+    python -m hack.locks --check              # fail when --write would change them (make check-locks)
+    python -m hack.locks --write --torch-backend cpu   # also requirements/trainer-cpu.lock (see below)
 
 Each lock is `uv pip compile --generate-hashes` (uv pinned in requirements/tools.lock) of its inputs,
 resolved for the images' Python and platform (3.11, x86_64, glibc 2.36: Debian bookworm, the
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.upgrade and args.check:
         parser.error("--upgrade goes with --write")
 
-    import supply_chain_tools  # hack/, beside this file
+    from hack import supply_chain_tools
 
     torch_pins = args.torch_pins.split() if args.torch_pins else makefile_torch_pins()
     specs = list(LOCKS)
@@ -280,5 +280,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

@@ -1,7 +1,7 @@
 """CycloneDX SBOMs of both images, from the locks they install (make sbom).
 
-    python hack/sbom.py                      # build/sbom/pets-operator.cdx.json, build/sbom/pets-trainer.cdx.json
-    python hack/sbom.py --output-dir DIR
+    python -m hack.sbom                      # build/sbom/pets-operator.cdx.json, build/sbom/pets-trainer.cdx.json
+    python -m hack.sbom --output-dir DIR
 
 cyclonedx-py (cyclonedx-bom, pinned in requirements/tools.lock) reads the image's lock file: each
 pinned package with its version, package URL and the sha256 of every file the lock allows; the
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import locks  # hack/locks.py
+from hack import locks
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IMAGE_LOCKS = {"pets-operator": "operator", "pets-trainer": "trainer"}  # image -> requirements/<lock>.lock
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "build" / "sbom")
     args = parser.parse_args(argv)
 
-    import supply_chain_tools
+    from hack import supply_chain_tools
 
     try:
         cyclonedx_py = str(supply_chain_tools.ensure_python_tool("cyclonedx-py"))
@@ -89,5 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.exit(main())

@@ -1,21 +1,13 @@
-"""Fixtures every test folder can use: a running local cluster and a real kubectl.
-
-Also puts `hack/` (the build tooling: `chart`, `k8s_tools`) on sys.path, so tests import those
-modules as the Makefile runs them.
-"""
+"""Fixtures every test folder can use: a running local cluster and a real kubectl."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CRD = REPO_ROOT / "manifests" / "crd.yaml"
-HACK = str(REPO_ROOT / "hack")
-if HACK not in sys.path:
-    sys.path.append(HACK)  # after everything installed: hack/ never shadows a real module
 
 
 @pytest.fixture
@@ -34,7 +26,7 @@ def kubectl() -> str:
     if found:
         return found
     try:
-        import k8s_tools
+        from hack import k8s_tools
         return str(k8s_tools.ensure_tools().kubectl)
     except Exception as error:  # no PATH binary and no way to fetch one
         pytest.skip(f"no kubectl on PATH and none could be fetched: {error}")

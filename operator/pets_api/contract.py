@@ -58,7 +58,7 @@ def _derived(env: str, option: str | None, type_: str, help_: str, aliases: tupl
 
 
 def _spec_env(path: str, env: str, type_: str, help_: str) -> Entry:
-    """A spec field that reaches the pod as a variable read by a library (huggingface_hub), not an option.
+    """A spec field that reaches the pod as a variable read by a library (huggingface_hub, MLflow), not an option.
 
     Type `secret`: the field names a Secret key (`{name, key}`), and the variable comes from it
     (`secret_env`), never as a value."""
@@ -130,6 +130,23 @@ ENTRIES: tuple[Entry, ...] = (
           "synthetic images per class"),
     _spec("data.synthetic.imageSize", "SYNTHETIC_IMAGE_SIZE", "synthetic_image_size", "int",
           "side of the synthetic JPEGs"),
+    # Experiment tracking (spec.tracking): Accelerate's trackers, in the main process (pets_trainer.tracking).
+    _derived("TENSORBOARD_LOG_DIR", "tensorboard_dir", "str",
+             "write TensorBoard event files here (a directory per run below it), from the main process"),
+    _spec("tracking.logEverySteps", "LOG_EVERY_STEPS", "log_every_steps", "int",
+          "log the batch loss and the learning rate to the trackers every this many steps"),
+    _spec_env("tracking.mlflow.trackingUri", "MLFLOW_TRACKING_URI", "str",
+              "the MLflow tracking server (MLflow reads it); set: the recipe logs an MLflow run"),
+    _spec_env("tracking.mlflow.experimentName", "MLFLOW_EXPERIMENT_NAME", "str",
+              "the MLflow experiment (MLflow and Accelerate read it)"),
+    _spec_env("tracking.mlflow.runName", "MLFLOW_RUN_NAME", "str",
+              "the MLflow run's name (pets_trainer.tracking reads it; default JOB_NAME)"),
+    _spec_env("tracking.mlflow.usernameSecret", "MLFLOW_TRACKING_USERNAME", "secret",
+              "the tracking server's user name, from a Secret key (never printed)"),
+    _spec_env("tracking.mlflow.passwordSecret", "MLFLOW_TRACKING_PASSWORD", "secret",
+              "the tracking server's password, from a Secret key (never printed)"),
+    _spec_env("tracking.mlflow.tokenSecret", "MLFLOW_TRACKING_TOKEN", "secret",
+              "a bearer token for the tracking server, from a Secret key (never printed)"),
     # Metric lines must reach the pod log the moment they are printed.
     _derived("PYTHONUNBUFFERED", None, "str", "always 1"),
     # The container's root filesystem is read-only: the home directory (and so the caches under it) is an
@@ -204,7 +221,8 @@ def _schema_at(schema: Mapping[str, Any], path: str) -> Mapping[str, Any]:
 def _option_defaults() -> tuple[tuple[str, Any], ...]:
     schema = spec_schema()
     return tuple((entry.option, _schema_at(schema, entry.spec)["default"])
-                 for entry in ENTRIES if entry.kind == SPEC and "default" in _schema_at(schema, entry.spec))
+                 for entry in ENTRIES if entry.kind == SPEC and entry.option is not None
+                 and "default" in _schema_at(schema, entry.spec))
 
 
 def schema_default(path: str) -> Any:

@@ -13,6 +13,14 @@ Before training, `pets-train` prints its downloads' progress (`pets_trainer.prep
     {"event": "init", "artefact": "data", "source": "https://.../images.tar.gz", "done": 1048576, "total": 791918971}
     {"event": "initialized"}
 
+With spec.tracking, the main process says where each of its trackers logs once it has started, and
+when one fails (it logs nothing more; the training goes on):
+
+    {"event": "tracking", "tracker": "mlflow", "run_id": "3f2a...", "experiment_id": "1", "run_name": "pets",
+     "tracking_uri": "http://mlflow:5000", "url": "http://mlflow:5000/#/experiments/1/runs/3f2a..."}
+    {"event": "tracking", "tracker": "tensorboard", "log_dir": "/output/tensorboard/pets"}
+    {"event": "tracking_degraded", "tracker": "mlflow", "cause": "API request to ... failed: Connection refused"}
+
 A line holds an event when the text from its first `{` on is one JSON object with a string
 `"event"`. Text before the object is tolerated (a timestamp, a `[rank0]:` tag that a launcher
 may put on a process's output); every other line (human text, warnings) is skipped. Epoch events may
@@ -36,6 +44,8 @@ EPOCH = "epoch"  # one finished epoch: epoch (from 0), accuracy, train_loss, sec
 DONE = "done"  # the end of training: epochs, accuracy (the last epoch's), best_accuracy
 INIT = "init"  # download progress before training: artefact (data, model), source, done, total (bytes; None)
 INITIALIZED = "initialized"  # the downloads are done (or there were none to do)
+TRACKING = "tracking"  # a tracker started: tracker (mlflow, tensorboard) and where it logs (run id, URL, log dir)
+TRACKING_DEGRADED = "tracking_degraded"  # a tracker failed and logs nothing more: tracker, cause
 PRINTED = "printed"  # marks an epoch event read from a plain `epoch N: P` line (two decimals of a percent)
 # The tutorial's `epoch 0: 88.12`: the whole rest of the line, after the start, a space, `:` or `]`.
 _PRINTED_EPOCH = re.compile(r"(?:^|[\s:\]])epoch\s+(\d+)\s*:\s*(\d+(?:\.\d*)?)\s*%?\s*$", re.IGNORECASE)
@@ -56,6 +66,14 @@ def init_event(artefact: str, source: str, done: int, total: int | None) -> dict
 
 def initialized_event() -> dict[str, Any]:
     return {EVENT: INITIALIZED}
+
+
+def tracking_event(tracker: str, **where: Any) -> dict[str, Any]:
+    return {EVENT: TRACKING, "tracker": tracker, **where}
+
+
+def tracking_degraded_event(tracker: str, cause: str) -> dict[str, Any]:
+    return {EVENT: TRACKING_DEGRADED, "tracker": tracker, "cause": cause}
 
 
 def format_line(event: Mapping[str, Any]) -> str:

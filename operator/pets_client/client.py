@@ -8,7 +8,9 @@
     job.wait(timeout=3600)                                # watches the job; a live bar in Jupyter, lines elsewhere
     job.epochs()                                          # [{"epoch": 0, "accuracy": 0.88, ...}, ...]
     job.plot()                                            # accuracy (and train loss) per epoch
-    job.logs(follow=True)                                 # pod 0's output as it comes
+    job.tracking                                          # spec.tracking's MLflow run (id, URL) and TensorBoard dir
+    job.tracking_metrics(["accuracy"])                    # the MLflow run's metric history (mlflow client)
+    job.logs(follow=True)                                 # pod 0's output as it comes (a failed job: the failed worker's)
     job.delete(wait=True)                                 # and its pods, Service, ConfigMap
 
 Spec fields are the CRD's (`kubectl explain ptj.spec`); top-level keywords may be given in
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TextIO
 
 from pets_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from pets_api.names import pod_name
+from pets_api.names import LABEL_ATTEMPT, LABEL_JOB_NAME, LABEL_REPLICA_INDEX, pod_name
 from pets_api.phases import FAILED, FINAL_PHASES
 
 from . import progress as progress_display
@@ -161,9 +163,41 @@ class PetsTrainingJob:
         """One entry per finished epoch: {epoch, accuracy, trainLoss?, seconds?}."""
         return list(self.status().get("epochs") or [])
 
+    @property
+    def tracking(self) -> dict[str, Any]:
+        """Where the job's experiment tracking goes (spec.tracking), as status.tracking says once pod 0's trackers
+        started: `mlflow` {runId, experimentId, runName, trackingUri, url}, `tensorboard` {logDir, and
+        persistentVolumeClaim or hostPath}; {} before that."""
+        return dict(self.status().get("tracking") or {})
+
+    def tracking_metrics(self, keys: Iterable[str] | None = None,
+                         tracking_uri: str | None = None) -> dict[str, list[dict[str, Any]]]:
+        """The job's MLflow run's metric history, read through the mlflow client (`pip install mlflow-skinny`):
+        key -> [{step, value, timestamp}] in step order; `keys` default to every metric of the run (`accuracy`
+        per epoch, `train_loss` and `learning_rate` per logged step, `images_per_second`, ...).
+
+        `tracking_uri` replaces the server address in status.tracking (the pods' may not resolve from here);
+        credentials come from this process's MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN."""
+        run = self.tracking.get("mlflow") or {}
+        if not run.get("runId"):
+            raise PetsClientError(f"{self.namespace}/{self.name} has no MLflow run in status.tracking (yet): "
+                                  "spec.tracking.mlflow sets one up, and pod 0 reports it once its tracker started")
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise ImportError("tracking_metrics reads the run through the mlflow client: pip install mlflow-skinny") \
+                from None
+        client = MlflowClient(tracking_uri=tracking_uri or run.get("trackingUri"))
+        if keys is None:
+            keys = sorted(client.get_run(run["runId"]).data.metrics)
+        return {key: [{"step": m.step, "value": m.value, "timestamp": m.timestamp}
+                      for m in sorted(client.get_metric_history(run["runId"], key), key=lambda m: (m.step, m.timestamp))]
+                for key in keys}
+
     def wait(self, timeout: float | None = 3600, phases: Iterable[str] = FINISHED,
              on_epoch: Callable[[dict[str, Any]], Any] | None = None,
-             raise_on_failure: bool = False, display: bool = True) -> dict[str, Any]:
+             raise_on_failure: bool = False, display: bool = True,
+             total_epochs: int | None = None) -> dict[str, Any]:
         """Block until the phase is one of `phases`; return the status then.
 
         It watches the job (`PetsTrainingJobClient.watch_raw`): each change of its status arrives as
@@ -172,7 +206,10 @@ class PetsTrainingJob:
         phase change and per epoch. `on_epoch` is called once for each epoch entry as it appears.
         Raises TimeoutError after `timeout` seconds (None: no limit), JobFailed (with the job's
         status.message) for phase Failed when `raise_on_failure` is set, and PetsClientError (404)
-        when the job is deleted meanwhile."""
+        when the job is deleted meanwhile.
+
+        `total_epochs`: the epochs the display counts to for a shipped function (`cluster_launcher`), whose
+        loop only the notebook knows; the built-in recipe's is spec.epochs."""
         wanted = set(phases)
         if not wanted:
             raise ValueError("phases must name at least one phase")
@@ -183,7 +220,7 @@ class PetsTrainingJob:
         try:
             for resource in self.client.watch_raw(self.name, self.namespace, timeout=timeout):
                 status = resource.get("status") or {}
-                current = progress_display.progress(self.name, resource)
+                current = progress_display.progress(self.name, resource, total_epochs)
                 if shown is not None:
                     shown.update(current)
                 epochs = status.get("epochs") or []
@@ -202,18 +239,34 @@ class PetsTrainingJob:
             if shown is not None:
                 shown.close(current)
 
-    def logs(self, index: int = 0, tail_lines: int | None = None, follow: bool = False,
+    def logs(self, index: int | None = None, tail_lines: int | None = None, follow: bool = False,
              file: TextIO | None = None, timeout: float = 600) -> str | None:
-        """The log of pod `<job>-<index>` (pod 0 carries the metric lines).
+        """The log of pod `<job>-<index>` (pod 0 carries the metric lines). No `index`: the failed worker's
+        of a failed job (the pods of a failed attempt stay until the job is deleted), else pod 0's.
 
         `follow=True` prints the log as it comes (to `file`, else stdout) until the container ends,
         waiting up to `timeout` seconds for the pod to start, and returns None."""
+        index = self.failed_worker() if index is None else index
         pod = pod_name(self.name, index)
         if not follow:
             return self.client.pod_log(pod, self.namespace, tail_lines=tail_lines)
         for line in self.stream_logs(index, tail_lines, timeout):
             print(line, file=file or sys.stdout, flush=True)
         return None
+
+    def failed_worker(self) -> int:
+        """The index of the worker whose failure failed the job (the one its status names, else the first failed
+        pod of its last attempt); 0 for a job that has not failed."""
+        status = self.status()
+        if status.get("phase") != FAILED:
+            return 0
+        selector = f"{LABEL_JOB_NAME}={self.name},{LABEL_ATTEMPT}={status.get('attempt') or 0}"
+        pods = self.client._call(self.client.core.list_namespaced_pod, self.namespace, label_selector=selector).items
+        failed = sorted((p for p in pods if p.status.phase == FAILED),
+                        key=lambda p: int(p.metadata.labels.get(LABEL_REPLICA_INDEX, 0)))
+        named = [p for p in failed if f"worker {p.metadata.name} failed" in (status.get("message") or "")]
+        chosen = (named or failed)[:1]
+        return int(chosen[0].metadata.labels.get(LABEL_REPLICA_INDEX, 0)) if chosen else 0
 
     def stream_logs(self, index: int = 0, tail_lines: int | None = None, timeout: float = 600) -> Iterator[str]:
         """The lines of pod `<job>-<index>`'s log as they are written, until its container ends."""
@@ -244,7 +297,7 @@ class PetsTrainingJob:
         shown = progress_display.progress(self.name, resource)
         if ax is None:
             _, ax = plt.subplots(figsize=(6.4, 3.6))
-        epochs = [entry["epoch"] for entry in shown.epochs]
+        epochs = [progress_display.epoch_number(entry) for entry in shown.epochs]
         ax.plot(epochs, [100 * entry["accuracy"] for entry in shown.epochs], marker="o", color="tab:blue",
                 label="eval accuracy")
         ax.set_xlabel("epoch")
@@ -252,7 +305,8 @@ class PetsTrainingJob:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{self.name}: {progress_display.summary(shown)}", fontsize="medium")
         ax.grid(alpha=0.3)
-        losses = [(entry["epoch"], entry["trainLoss"]) for entry in shown.epochs if entry.get("trainLoss") is not None]
+        losses = [(progress_display.epoch_number(entry), entry["trainLoss"])
+                  for entry in shown.epochs if entry.get("trainLoss") is not None]
         if losses:
             loss_ax = ax.twinx()
             loss_ax.plot(*zip(*losses), marker="s", linestyle="--", color="tab:orange", label="train loss")

@@ -506,7 +506,8 @@ def cluster_launcher(function: Callable[..., Any], args: Iterable[Any] = (), num
                      data: Mapping[str, Any] | None = None, image: str | None = None,
                      resources: Mapping[str, Any] | None = None, mixed_precision: str = "no",
                      env: Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = None, wait: bool = True,
-                     replace: bool = False, timeout: float | None = None, client: Any = None, **spec: Any):
+                     replace: bool = False, timeout: float | None = None, client: Any = None,
+                     total_epochs: int | None = None, **spec: Any):
     """Run `function(*args)` in every process of `num_nodes` pods x `processes_per_node` processes.
 
     `accelerate.notebook_launcher`'s call, on a cluster: returns the PetsTrainingJob handle
@@ -522,6 +523,7 @@ def cluster_launcher(function: Callable[..., Any], args: Iterable[Any] = (), num
     - `image`, `resources`, `mixed_precision`, `env` (a dict or a list of {name, value}), and any other
       spec field as a keyword (`backoff_limit=1`, `active_deadline_seconds=3600`, ...).
     - `client`: a `PetsTrainingJobClient` (default: a new one on the usual connection).
+    - `total_epochs`: how many epochs the function runs, for the display's bar (`3/5 epochs`).
 
     Raises `LaunchRefused` before anything is created when the function cannot travel.
     """
@@ -543,7 +545,7 @@ def cluster_launcher(function: Callable[..., Any], args: Iterable[Any] = (), num
         raise
     if wait:
         try:
-            job.wait(timeout=timeout, display=True, raise_on_failure=True)
+            job.wait(timeout=timeout, display=True, raise_on_failure=True, total_epochs=total_epochs)
         except KeyboardInterrupt:
             print(f"{job.namespace}/{job.name} keeps running on the cluster: job.delete() stops it",
                   file=sys.stderr, flush=True)

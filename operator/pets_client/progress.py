@@ -4,6 +4,9 @@ What to show is decided by pure functions of the resource (`progress`, `summary`
 the displays only draw it. In a Jupyter kernel the bar is `tqdm.auto`'s (a widget that updates in
 place: epochs done over the total, phase, latest and best accuracy); anywhere else each change of
 phase and each finished epoch is one printed line, so logs and CI output stay readable.
+
+Epochs are counted from 1, as `status.currentEpoch` and the EPOCH column of `kubectl get ptj` count
+them: the `status.epochs` entry with `epoch: 0` (the trainer's index) is shown as epoch 1.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ class Progress:
 
     @property
     def done(self) -> int:
-        return len(self.epochs)
+        """Epochs completed: the latest epoch's number, counted from 1 (status.currentEpoch)."""
+        return epoch_number(self.epochs[-1]) if self.epochs else 0
 
     @property
     def latest(self) -> float | None:
@@ -35,11 +39,18 @@ class Progress:
         return max((entry["accuracy"] for entry in self.epochs), default=None)
 
 
-def progress(name: str, resource: Mapping[str, Any]) -> Progress:
-    """The progress of a PetsTrainingJob as the API server returned it (status and spec)."""
+def epoch_number(entry: Mapping[str, Any]) -> int:
+    """The number a person reads for a `status.epochs` entry: its 0-based `epoch` + 1."""
+    return int(entry["epoch"]) + 1
+
+
+def progress(name: str, resource: Mapping[str, Any], total: int | None = None) -> Progress:
+    """The progress of a PetsTrainingJob as the API server returned it (status and spec). `total`: the epochs
+    a shipped function runs, which only the notebook knows (its spec.epochs is the CRD's default, unused)."""
     status = resource.get("status") or {}
     spec = resource.get("spec") or {}
-    total = None if spec.get("function") or not isinstance(spec.get("epochs"), int) else spec["epochs"]
+    if total is None and not spec.get("function") and isinstance(spec.get("epochs"), int):
+        total = spec["epochs"]
     epochs = sorted((dict(entry) for entry in status.get("epochs") or []), key=lambda entry: entry["epoch"])
     return Progress(name=name, phase=status.get("phase"), message=status.get("message"), epochs=epochs, total=total)
 
@@ -59,8 +70,10 @@ def summary(p: Progress) -> str:
 
 
 def epoch_line(p: Progress, entry: Mapping[str, Any]) -> str:
-    """One finished epoch: `training-loop: epoch 0: accuracy 0.8812, train loss 0.4100, 12.3 s`."""
-    text = f"{p.name}: epoch {entry['epoch']}: accuracy {accuracy_text(entry.get('accuracy'))}"
+    """One finished epoch: `training-loop: epoch 1/5: accuracy 0.8812, train loss 0.4100, 12.3 s` (`epoch 1:`
+    when the total is unknown)."""
+    number = f"{epoch_number(entry)}/{p.total}" if p.total else str(epoch_number(entry))
+    text = f"{p.name}: epoch {number}: accuracy {accuracy_text(entry.get('accuracy'))}"
     if entry.get("trainLoss") is not None:
         text += f", train loss {entry['trainLoss']:.4f}"
     if entry.get("seconds") is not None:
@@ -133,7 +146,13 @@ class BarDisplay:
 
     def close(self, p: Progress) -> None:
         self.update(p)
+        if p.phase == FAILED:  # red, not the green a closed bar gets
+            self._bar.colour = "red"
+            if hasattr(self._bar, "container"):  # tqdm.notebook: its closing keeps a danger style
+                self._bar.disp(bar_style="danger", check_delay=False)
         self._bar.close()
+        # The cell's text output, which GitHub and nbconvert show (the widget's own text stays `0epoch`).
+        print(f"{p.name}: {summary(p)}", flush=True)
         if p.phase == FAILED and p.message:
             print(f"{p.name} failed: {p.message}", file=sys.stderr, flush=True)
 

@@ -1,6 +1,10 @@
-"""`local up`: a local cluster (API server + kubelet) until Ctrl-C.
+"""`local up`: a local cluster (API server + kubelet) until Ctrl-C (or `local down`).
 
-Prints the kubeconfig path and content so `kubectl` and the notebook client can use it.
+Prints the kubeconfig path and content so `kubectl` and the notebook client can use it. The API
+server is the emulated one by default; `--control-plane kubernetes` runs Kubernetes' own control
+plane (built once by hack/control_plane.sh, which needs Go) and joins the local kubelet to it as a
+Node. `local down --workdir DIR` stops the `local up` of that work directory and every process it
+started (pods, kubelet, control plane), as Ctrl-C does.
 """
 from __future__ import annotations
 
@@ -10,11 +14,13 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .cluster import LocalCluster
+from .control_plane import ControlPlaneError
 from .kubelet import RUNTIMES
 from .runtimes.simulated import PLAIN, Workload
 
@@ -41,7 +47,63 @@ def parse_args(argv: list[str], prog: str = "local", crds_help: str = "none") ->
     up.add_argument("--runtime", choices=sorted(RUNTIMES), default="process",
                     help="how the kubelet runs containers: as local processes (default; no container engine needed) "
                          "or as docker containers from their images on one docker network (pets_localkube/runtimes/docker.py)")
+    up.add_argument("--control-plane", choices=CONTROL_PLANES, default="emulated",
+                    help="the API server: the emulated one (default; nothing to build) or Kubernetes' own etcd, "
+                         "kube-apiserver, kube-controller-manager and kube-scheduler, with the local kubelet as a Node "
+                         "(the binaries are built once by hack/control_plane.sh, which needs Go)")
+    up.add_argument("--bin-dir", type=Path,
+                    help="with --control-plane kubernetes: the directory of the binaries (default: what "
+                         "hack/control_plane.sh built)")
+    down = sub.add_parser("down", help="stop the `local up` of a work directory and every process it started")
+    down.add_argument("--workdir", type=Path, required=True, help="the work directory `local up` runs with")
+    down.add_argument("--timeout", type=float, default=90, help="seconds to wait for it to end (default: %(default)g)")
     return parser.parse_args(argv)
+
+
+CONTROL_PLANES = ("emulated", "kubernetes")
+PID_FILE = "local-up.pid"  # in the work directory while `local up` runs: "<pid> <start time>"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot; /proc/<pid>/stat field 22): with the pid it
+    names one process, never a later one that reuses the pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def write_pid_file(workdir: Path) -> Path:
+    path = workdir / PID_FILE
+    path.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n", encoding="utf-8")
+    return path
+
+
+def running_up(workdir: Path) -> int | None:
+    """The pid of the `local up` running with this work directory, None when none does."""
+    try:
+        pid_text, started = (workdir / PID_FILE).read_text(encoding="utf-8").split()
+    except (OSError, ValueError):
+        return None
+    pid = int(pid_text)
+    return pid if _start_time(pid) == started else None
+
+
+def down(workdir: Path, timeout: float) -> int:
+    pid = running_up(workdir)
+    if pid is None:
+        print(f"error: no `local up` is running with work directory {workdir}", file=sys.stderr)
+        return 1
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if running_up(workdir) != pid:
+            print(f"stopped the local cluster of {workdir} (pid {pid})")
+            return 0
+        time.sleep(0.2)
+    print(f"error: the `local up` of {workdir} (pid {pid}) did not end within {timeout:g} s", file=sys.stderr)
+    return 1
 
 
 # The command knows no workload: whoever runs it hands in the CRDs applied when no `--crd` is given,
@@ -50,6 +112,8 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
          crds_help: str = "none", entrypoints: Mapping[str, Sequence[str]] | None = None, workload: Workload = PLAIN) -> int:
     """`default_crds`: applied when no `--crd` is given; `entrypoints`, `workload`: as `LocalCluster` takes them."""
     args = parse_args(list(sys.argv[1:] if argv is None else argv), prog, crds_help)
+    if args.action == "down":
+        return down(args.workdir.resolve(), args.timeout)
     for crd in args.crd or []:
         if not crd.is_file():
             print(f"error: CRD manifest {crd} does not exist", file=sys.stderr)
@@ -59,23 +123,32 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    settings = dict(workdir=workdir, cpu=args.cpu, memory=args.memory, gpus=args.gpus, crds=crds, port=args.port,
+                    keep_logs=args.keep_logs, simulate=args.simulate, runtime=args.runtime, entrypoints=entrypoints,
+                    workload=workload)
     try:
-        cluster = LocalCluster(workdir=workdir, cpu=args.cpu, memory=args.memory, gpus=args.gpus, crds=crds, port=args.port,
-                               keep_logs=args.keep_logs, simulate=args.simulate, runtime=args.runtime,
-                               entrypoints=entrypoints, workload=workload)
+        if args.control_plane == "kubernetes":
+            from .kubernetes_cluster import KubernetesCluster
+            cluster: Any = KubernetesCluster(**settings, bin_dir=args.bin_dir)
+        else:
+            cluster = LocalCluster(**settings)
         cluster.start()
-    except OSError as error:
+    except (OSError, ControlPlaneError) as error:
         print(f"error: cannot start the local cluster: {error}", file=sys.stderr)
         return 2
+    pid_file = write_pid_file(cluster.workdir)
     try:
         text = cluster.kubeconfig.read_text(encoding="utf-8")
         if args.kubeconfig_out:
             args.kubeconfig_out.write_text(text, encoding="utf-8")
-        print(f"Local cluster API server at {cluster.url} (node {cluster.node_name}, {cluster.capacity['cpu']} CPUs"
+            os.chmod(args.kubeconfig_out, 0o600)
+        server = "Kubernetes' control plane" if args.control_plane == "kubernetes" else "Local cluster API server"
+        print(f"{server} at {cluster.url} (node {cluster.node_name}, {cluster.capacity['cpu']} CPUs"
               f"{', simulated pods' if args.simulate else ''}, {args.runtime} runtime); workdir {workdir}")
         print(f"kubeconfig: {cluster.kubeconfig}\n---\n{text}---")
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
         stop.wait()
     finally:
         cluster.stop()
+        pid_file.unlink(missing_ok=True)
     return 0

@@ -1,12 +1,16 @@
 """A small asyncio API client for the local control-plane parts (scheduler, kubelet).
 
-They talk to the API server over HTTP like any other client, never to its store directly.
+They talk to the API server over HTTP like any other client, never to its store directly: plain
+HTTP to the emulated server, HTTPS with a client certificate (`tls_context`) to Kubernetes' own
+kube-apiserver, where the kubelet is `system:node:<name>` in `system:nodes`.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import ssl
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -21,13 +25,25 @@ class ApiStatusError(Exception):
         self.body = body
 
 
+def tls_context(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    """Trust only `ca` for the server; present `cert` (and its `key`) as this client's identity."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(str(cert), str(key) if key is not None else None)
+    return context
+
+
 class Client:
-    def __init__(self, base_url: str):
+    def __init__(self, base_url: str, tls: ssl.SSLContext | None = None):
+        """`tls`: for an https URL, the CA to trust and the client certificate (`tls_context`)."""
         self.base_url = base_url.rstrip("/")
+        self.tls = tls
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "Client":
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        connector = aiohttp.TCPConnector(ssl=self.tls) if self.tls is not None else None
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+                                              connector=connector)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -40,7 +56,11 @@ class Client:
         data = None if body is None else json.dumps(body)
         async with self._session.request(method, self.base_url + path, data=data, params=params,
                                          headers={"Content-Type": content_type}) as response:
-            payload = await response.json(content_type=None)
+            text = await response.text()
+            try:
+                payload = json.loads(text) if text else None
+            except ValueError:  # not JSON (a proxy's or a load balancer's error page)
+                payload = text
             if response.status >= 400:
                 raise ApiStatusError(response.status, payload)
             return payload
@@ -70,6 +90,11 @@ class Client:
                          "timeoutSeconds": "300"}
                 try:
                     async with self._session.get(self.base_url + path, params=query) as response:
+                        if response.status != 200:  # refused as a whole (a Status, not events): relist
+                            logger.debug("watch of %s answered %s: %s", path, response.status, await response.text())
+                            version = ""
+                            await asyncio.sleep(1)
+                            break
                         async for line in response.content:
                             if not line.strip():
                                 continue

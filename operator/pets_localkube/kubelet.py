@@ -1,6 +1,7 @@
 """The local kubelet: registers its Node and runs the pods bound to it, through a runtime.
 
-It is an API client: it registers its Node, watches pods with `spec.nodeName=<node>`, hands each new
+It is an API client: it registers its Node and its Lease (and keeps both fresh, `heartbeat`; `node.py`),
+watches pods with `spec.nodeName=<node>` (keeping the latest of each, `pod()`), hands each new
 pod to a worker of its runtime (`runtimes/`), and finishes graceful deletions with
 `gracePeriodSeconds=0`, then removes the pod's directory (and its logs, unless `keep_logs`). The
 workers report the pods' status through `/status` and post their Events (Created, Started, Killing,
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import platform
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,11 +24,12 @@ from typing import Any
 
 from . import logs
 from .client import ApiStatusError, Client
-from .environment import LOOPBACK, PortMap
+from .environment import PortMap
 from .events import EventRecorder
+from .node import KUBELET_VERSION, NodeAgent
 from .runtimes import docker, simulated
 from .runtimes.process import SHIM_STOP_TIMEOUT, PodWorker
-from .storage import TERMINAL_POD_PHASES, now
+from .storage import TERMINAL_POD_PHASES
 
 logger = logging.getLogger(__name__)
 
@@ -50,10 +51,14 @@ RUNTIMES = {
 class Kubelet:
     def __init__(self, client: Client, node_name: str, workdir: Path, capacity: dict[str, str],
                  entrypoints: Mapping[str, Sequence[str]] | None = None, keep_logs: bool = False, simulate: bool = False,
-                 runtime: str = "process", workload: simulated.Workload = simulated.PLAIN):
+                 runtime: str = "process", workload: simulated.Workload = simulated.PLAIN, kubelet_port: int = 0,
+                 kubelet_version: str = KUBELET_VERSION, heartbeat: bool = False):
         """`entrypoints`: image repository -> the command of a container that sets none (none by default).
         `simulate`: every pod is a simulated one (`runtimes/simulated.py`); else only those that ask for it;
-        `workload`: what simulated pods print. `runtime`: a name in `RUNTIMES`."""
+        `workload`: what simulated pods print. `runtime`: a name in `RUNTIMES`. `kubelet_port`: where the
+        kubelet API (`kubelet_api.py`) listens, reported on the Node (0: none is served). `heartbeat`: renew
+        the Node's Lease and Ready heartbeat while running, for a node lifecycle controller (Kubernetes'
+        own; the emulated server has none, and a quiet store keeps its resourceVersion still)."""
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
         self.client = client
@@ -69,33 +74,40 @@ class Kubelet:
         self.ports = PortMap()
         self.workers: dict[str, PodWorker] = {}
         self.events = EventRecorder(client, "kubelet", node_name)
+        self.node = NodeAgent(client, node_name, capacity, kubelet_port, kubelet_version)
+        self.heartbeat = heartbeat
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}  # (namespace, name) -> the pod as last seen
         self.shutting_down = False
 
     async def register_node(self) -> None:
-        labels = {"kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": "amd64", "node-role.kubernetes.io/local": ""}
-        try:
-            await self.client.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node_name, "labels": labels}})
-        except ApiStatusError as error:
-            if error.code != 409:
-                raise
-        stamp = now()
-        await self.client.merge_patch(f"/api/v1/nodes/{self.node_name}/status", {"status": {
-            "capacity": self.capacity, "allocatable": self.capacity,
-            "addresses": [{"type": "InternalIP", "address": LOOPBACK}, {"type": "Hostname", "address": self.node_name}],
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "local kubelet is posting ready status",
-                            "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}],
-            "nodeInfo": {"kubeletVersion": "v1.32.0-pets-local", "kubeProxyVersion": "", "operatingSystem": "linux",
-                         "architecture": "amd64", "containerRuntimeVersion": "local://processes", "osImage": platform.platform(),
-                         "kernelVersion": platform.release(), "machineID": self.node_name, "systemUUID": self.node_name,
-                         "bootID": self.node_name},
-        }})
+        await self.node.register()
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod of that name bound to this node, as its watch last saw it; None if none."""
+        return self.pods.get((namespace, name))
 
     async def run(self) -> None:
-        await self.register_node()
+        """Register the Node (unless done already), then run the pods bound to it (and keep the Node's
+        heartbeat, with `heartbeat`), forever."""
+        if self.node.node_uid is None:
+            await self.register_node()
         if self.runtime.node_up is not None:
             await self.runtime.node_up(self.node_name)
+        beating = asyncio.create_task(self.node.run()) if self.heartbeat else None
+        try:
+            await self._run_pods()
+        finally:
+            if beating is not None:
+                beating.cancel()
+                await asyncio.gather(beating, return_exceptions=True)
+
+    async def _run_pods(self) -> None:
         async for event_type, pod in self.client.watch("/api/v1/pods", fieldSelector=f"spec.nodeName={self.node_name}"):
+            meta = pod["metadata"]
+            if event_type == "DELETED":
+                self.pods.pop((meta["namespace"], meta["name"]), None)
+            else:
+                self.pods[(meta["namespace"], meta["name"])] = pod
             try:
                 await self._handle(event_type, pod)
             except Exception:  # one broken pod must not stop the node

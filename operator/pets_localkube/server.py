@@ -8,7 +8,6 @@ Each method of each path shape (`routes.py`) is a route with a handler of its ow
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 from collections.abc import Callable
@@ -21,10 +20,10 @@ from aiohttp import web
 from . import errors, logs, openapi, protobuf, routes
 from .apimetrics import RequestCounter
 from .collector import Collector
-from .resources import Registry
+from .resources import Registry, ResourceType
 from .routes import Target, not_found, target_of
 from .selectors import parse_field_selector, parse_label_selector
-from .storage import POD_KEY, TERMINAL_POD_PHASES, Storage
+from .storage import POD_KEY, Storage
 from .store import Store
 from .tables import to_table, wants_table
 from .watch import WatchOptions, WatchStream, query_flag
@@ -34,11 +33,25 @@ logger = logging.getLogger(__name__)
 SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-pets-local", "platform": "linux/amd64",
                   "gitCommit": "local", "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z",
                   "goVersion": "go1.23", "compiler": "gc"}
-LOG_POLL_INTERVAL = 0.1
 DRY_RUN_ALL = "All"  # the one dryRun value the API defines
 # Request body media types (a PATCH's own types are checked by patch.apply_patch).
 _JSON_TYPES = ("", "application/json", "*/*")
 _YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+
+
+def accepts_json(accept: str) -> bool:
+    """Whether an Accept header admits a JSON answer (no header, */*, application/*, or a JSON type)."""
+    if not accept.strip():
+        return True
+    types = [part.split(";")[0].strip() for part in accept.split(",")]
+    return any(t in ("*/*", "application/*", "application/json", "application/yaml") or t.endswith("+json") for t in types)
+
+
+def deleted_status(resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """What Kubernetes answers a DELETE of a custom resource that is gone at once (no finalizers)."""
+    meta = obj["metadata"]
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": meta["name"], "group": resource.group, "kind": resource.plural, "uid": meta.get("uid")}}
 
 
 def _json(body: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
@@ -134,7 +147,12 @@ class ApiServer:
         return table
 
     def _target(self, request: web.Request) -> Target:
-        return target_of(self.registry, request.match_info)
+        target = target_of(self.registry, request.match_info)
+        if target.resource.is_custom and not accepts_json(request.headers.get("Accept", "")):
+            # A real API server has no protobuf form of a custom resource: an Accept of protobuf only is 406.
+            raise errors.ApiError(406, "NotAcceptable", "only the following media types are accepted: application/json, "
+                                  "application/yaml, application/json;stream=watch")
+        return target
 
     # --- fixed paths and discovery -----------------------------------------------------------
 
@@ -209,7 +227,10 @@ class ApiServer:
         target = self._target(request)
         options = await self._delete_options(request)
         dry_run = self._dry_run(request, "DeleteOptions", options.get("dryRun"))
-        return _json(self.storage.delete(target.resource, target.namespace, target.name, options, dry_run=dry_run))
+        obj = self.storage.delete(target.resource, target.namespace, target.name, options, dry_run=dry_run)
+        if target.resource.is_custom and not obj["metadata"].get("deletionTimestamp"):
+            return _json(deleted_status(target.resource, obj))  # deleted at once: Kubernetes answers a Status
+        return _json(obj)
 
     async def _bind(self, request: web.Request) -> web.Response:
         target = self._target(request)
@@ -338,67 +359,17 @@ class ApiServer:
         path = logs.container_log_path(self.log_root, pod, container)
         if not path.exists():
             raise errors.bad_request(f'container "{container}" in pod "{target.name}" is waiting to start: ContainerCreating')
-        since = None
-        if query.get("sinceTime"):
-            try:
-                since = logs.parse_time(query["sinceTime"])
-            except ValueError:
-                raise errors.bad_request(f"invalid sinceTime {query['sinceTime']!r}") from None
-        elif query.get("sinceSeconds"):
-            since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=int(query["sinceSeconds"]))
-        tail = int(query["tailLines"]) if query.get("tailLines") else None
-        limit = int(query["limitBytes"]) if query.get("limitBytes") else None
-        timestamps = query_flag(query, "timestamps")
-        follow = query_flag(query, "follow")
+        try:
+            options = logs.LogOptions.from_query(query)
+        except ValueError as error:
+            raise errors.bad_request(str(error)) from None
+        uid = pod["metadata"]["uid"]
+
+        def finished() -> bool:
+            current = self.store.peek(POD_KEY, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            return logs.container_finished(current, uid, container)
 
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
-        sent = 0
-
-        async def write(lines: list[str]) -> bool:
-            nonlocal sent
-            data = "".join(logs.render(line, timestamps) for line in lines).encode()
-            if limit is not None:
-                data = data[: max(0, limit - sent)]
-            sent += len(data)
-            if data:
-                await response.write(data)
-            return limit is None or sent < limit
-
-        with path.open("r", encoding="utf-8", errors="replace") as stream:
-            existing = stream.readlines()
-            pending = existing[-1] if existing and not existing[-1].endswith("\n") else ""
-            complete = existing[:-1] if pending else existing
-            if not await write(logs.select_lines(complete, since, tail)) or not follow:
-                if not follow and pending:
-                    await write([pending])
-                return response
-            while not self.closing.is_set():
-                chunk = stream.readline()
-                if chunk:
-                    pending += chunk
-                    if pending.endswith("\n"):
-                        if not await write(logs.select_lines([pending], since)):
-                            return response
-                        pending = ""
-                    continue
-                if self._container_finished(pod, container):
-                    rest = stream.read()
-                    if pending or rest:
-                        await write(logs.select_lines((pending + rest).splitlines(keepends=True), since))
-                    return response
-                await asyncio.sleep(LOG_POLL_INTERVAL)
+        await logs.stream(path, options, response.write, finished, self.closing)
         return response
-
-    def _container_finished(self, pod: dict[str, Any], container: str) -> bool:
-        """The log is complete once the pod is gone or finished, or its container stopped for good."""
-        current = self.store.peek(POD_KEY, pod["metadata"]["namespace"], pod["metadata"]["name"])
-        if current is None or current["metadata"]["uid"] != pod["metadata"]["uid"]:
-            return True
-        status = current.get("status") or {}
-        if status.get("phase") in TERMINAL_POD_PHASES:
-            return True
-        for entry in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
-            if entry.get("name") == container and "terminated" in (entry.get("state") or {}):
-                return current["spec"].get("restartPolicy") == "Never" or bool(current["metadata"].get("deletionTimestamp"))
-        return False

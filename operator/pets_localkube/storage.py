@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import random
 import uuid
 from typing import Any, Callable
@@ -15,7 +16,8 @@ from pets_api.k8s_names import (DNS1035_LABEL_MAX, DNS1123_LABEL_MAX, DNS1123_SU
                                   is_dns1123_label, is_dns1123_subdomain)
 
 from . import errors
-from .patch import apply_patch
+from .patch import JSON as JSON_PATCH
+from .patch import MERGE, STRATEGIC, apply_patch
 from .resources import Registry, ResourceType, from_crd
 from .store import Obj, Store
 
@@ -182,6 +184,8 @@ class Storage:
         spec.setdefault("schedulerName", "default-scheduler")
         spec.setdefault("dnsPolicy", "ClusterFirst")
         spec.setdefault("enableServiceLinks", True)
+        for container in list(containers) + list(spec.get("initContainers") or []):
+            _default_container(container)
         if created:
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
 
@@ -211,9 +215,22 @@ class Storage:
         if "clusterIP" not in spec and spec["type"] != "ExternalName":  # an ExternalName service gets no cluster IP
             self._service_ips += 1
             spec["clusterIP"] = f"10.96.{self._service_ips // 250}.{self._service_ips % 250 + 2}"
-        for port in spec.get("ports") or []:
+        if spec["type"] != "ExternalName":
+            spec.setdefault("sessionAffinity", "None")
+            spec.setdefault("ipFamilies", ["IPv4"])
+            spec.setdefault("ipFamilyPolicy", "SingleStack")
+            spec.setdefault("internalTrafficPolicy", "Cluster")
+        causes = []
+        for index, port in enumerate(spec.get("ports") or []):
             port.setdefault("protocol", "TCP")
             port.setdefault("targetPort", port.get("port"))
+            for field in ("port", "targetPort"):
+                value = port.get(field)
+                if value is None or isinstance(value, int) and not 1 <= value <= 65535:
+                    causes.append({"reason": "FieldValueInvalid", "field": f"spec.ports[{index}].{field}",
+                                   "message": f"Invalid value: {json.dumps(value)}: must be between 1 and 65535, inclusive"})
+        if causes:
+            raise errors.invalid("Service", "", obj["metadata"].get("name", ""), causes)
         obj["status"] = {"loadBalancer": {}}
 
     def _admit_crd(self, obj: Obj) -> None:
@@ -266,6 +283,9 @@ class Storage:
               subresource: str | None = None, version: str | None = None, strict: bool = False,
               dry_run: bool = False) -> tuple[Obj, list[str]]:
         current = self.get(resource, namespace, name)
+        if resource.is_custom and content_type.split(";")[0].strip() == STRATEGIC:
+            raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                                  f"accepted media types include: {JSON_PATCH}, {MERGE}, application/apply-patch+yaml")
         patched = apply_patch(content_type, self._versioned(current, resource, version), patch)
         return self._replace(resource, current, patched, subresource, version, strict, dry_run)
 
@@ -326,7 +346,10 @@ class Storage:
         """Pod specs are immutable but for a few fields; nodeName is set only through /binding."""
         for field in ("nodeName", "containers", "initContainers", "volumes", "restartPolicy"):
             if field in current.get("spec", {}):
+                wanted = new["spec"].get(field)
                 new["spec"][field] = copy.deepcopy(current["spec"][field])
+                if field in ("containers", "initContainers") and isinstance(wanted, list):
+                    _take_new_images(new["spec"][field], wanted)
 
     def bind(self, namespace: str, name: str, binding: Any) -> Obj:
         pod = self.get(self.registry.find("", "v1", "pods"), namespace, name)
@@ -422,3 +445,21 @@ class Storage:
         obj = copy.deepcopy(obj)
         obj["apiVersion"] = resource.api_version(version)
         return obj
+
+
+def _default_container(container: Obj) -> None:
+    """The API's defaults for a container (pkg/apis/core/v1/defaults.go)."""
+    image = str(container.get("image") or "")
+    tag = image.rsplit("/", 1)[-1].partition("@")[0]
+    untagged_or_latest = ":" not in tag or tag.endswith(":latest")
+    container.setdefault("imagePullPolicy", "Always" if untagged_or_latest and "@" not in image else "IfNotPresent")
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+
+
+def _take_new_images(kept: list[Obj], wanted: list[Obj]) -> None:
+    """A pod's containers may change only their image (by container name), as on a real API server."""
+    images = {c.get("name"): c.get("image") for c in wanted if isinstance(c, dict) and c.get("image")}
+    for container in kept:
+        if container.get("name") in images:
+            container["image"] = images[container["name"]]

@@ -72,9 +72,19 @@ def _pod_status(pod: Obj) -> str:
     return reason
 
 
+def _readiness_gates(pod: Obj) -> str:
+    """`ready/total` of spec.readinessGates, as kubectl prints them; <none> without gates."""
+    gates = [g.get("conditionType") for g in (pod.get("spec") or {}).get("readinessGates") or []]
+    if not gates:
+        return "<none>"
+    true = {c.get("type") for c in (pod.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+    return f"{sum(1 for gate in gates if gate in true)}/{len(gates)}"
+
+
 def _pod_columns() -> tuple[list[dict[str, Any]], Callable[[Obj], list[Any]]]:
     columns = [_column("Name", fmt="name"), _column("Ready"), _column("Status"), _column("Restarts", "string"),
-               _column("Age"), _column("IP", priority=1), _column("Node", priority=1)]
+               _column("Age"), _column("IP", priority=1), _column("Node", priority=1),
+               _column("Nominated Node", priority=1), _column("Readiness Gates", priority=1)]
 
     def cells(pod: Obj) -> list[Any]:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -83,7 +93,8 @@ def _pod_columns() -> tuple[list[dict[str, Any]], Callable[[Obj], list[Any]]]:
         restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
         return [pod["metadata"]["name"], f"{ready}/{total}", _pod_status(pod), str(restarts),
                 human_age(pod["metadata"].get("creationTimestamp")), (pod.get("status") or {}).get("podIP") or "<none>",
-                pod.get("spec", {}).get("nodeName") or "<none>"]
+                pod.get("spec", {}).get("nodeName") or "<none>",
+                (pod.get("status") or {}).get("nominatedNodeName") or "<none>", _readiness_gates(pod)]
 
     return columns, cells
 

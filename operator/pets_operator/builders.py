@@ -28,6 +28,7 @@ SHM_MOUNT_PATH = "/dev/shm"
 # FallbackToLogsOnError gives the log's tail when it did not (a crash, a kill).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+TENSORBOARD_SUBDIR = "tensorboard"  # under output.path, when TensorBoard has no volume of its own
 
 
 def owned_metadata(job: Mapping[str, Any], object_name: str) -> dict[str, Any]:
@@ -92,6 +93,30 @@ def output_dir(spec: Mapping[str, Any]) -> str | None:
     return None if output is None else output["path"]
 
 
+def tensorboard(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """spec.tracking.tensorboard when TensorBoard is on, else None."""
+    settings = (spec.get("tracking") or {}).get("tensorboard")
+    return settings if settings is not None and settings.get("enabled", True) else None
+
+
+def has_tensorboard_volume(spec: Mapping[str, Any]) -> bool:
+    """Whether TensorBoard's event files go to a volume of their own (else under spec.output)."""
+    settings = tensorboard(spec) or {}
+    return settings.get("persistentVolumeClaim") is not None or settings.get("hostPath") is not None
+
+
+def tensorboard_dir(spec: Mapping[str, Any]) -> str | None:
+    """Where pod 0's main process writes TensorBoard event files: tracking.tensorboard.logDir, else
+    <output.path>/tensorboard; None when TensorBoard is off (or has nowhere to go: a validation problem)."""
+    settings = tensorboard(spec)
+    if settings is None:
+        return None
+    if settings.get("logDir"):
+        return settings["logDir"]
+    output = spec.get("output")
+    return None if output is None else posixpath.join(output["path"], TENSORBOARD_SUBDIR)
+
+
 def function_file(spec: Mapping[str, Any]) -> str | None:
     function = spec.get("function")
     return None if function is None else posixpath.join(FUNCTION_MOUNT_PATH, function["key"])
@@ -130,6 +155,7 @@ def pod_env(job: str, namespace: str, index: int, spec: Mapping[str, Any],
         "HF_HOME": posixpath.join(cache_path(spec), "huggingface") if has_cache(spec) else None,
         "OUTPUT_DIR": output_dir(spec),
         "HF_HUB_OFFLINE": hub_offline(spec),
+        "TENSORBOARD_LOG_DIR": tensorboard_dir(spec),
     })
     env = [{"name": key, "value": value} for key, value in values.items()]
     env += contract.secret_env(spec)
@@ -211,6 +237,9 @@ def _volumes_and_mounts(spec: Mapping[str, Any], index: int = 0) -> tuple[list[d
     if output is not None and index == 0:
         volumes.append(_volume("output", output))
         mounts.append({"name": "output", "mountPath": output["path"]})
+    if has_tensorboard_volume(spec) and index == 0:  # the main process, on node 0, writes the event files
+        volumes.append(_volume("tensorboard", tensorboard(spec) or {}))
+        mounts.append({"name": "tensorboard", "mountPath": tensorboard_dir(spec)})
     function = spec.get("function")
     if function is not None:
         volumes.append({"name": "function", "configMap": {"name": function["configMap"]}})

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pets_api.contract import TRAINER_COMMAND
-from pets_api.names import DEFAULT_GANG_SCHEDULER_NAMES, is_dns1123_subdomain
+from pets_api.k8s_names import is_dns1123_label, is_dns1123_subdomain
+from pets_api.names import DEFAULT_GANG_SCHEDULER_NAMES
+
+from .reconcile.step import RESTART_BACKOFF_SECONDS as DEFAULT_RESTART_BACKOFF_SECONDS
 
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
 DEFAULT_LIVENESS_PORT = 8080
@@ -15,8 +18,30 @@ DEFAULT_METRICS_PORT = 0  # no /metrics unless asked for (the chart asks for it)
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+DEFAULT_LEASE_NAME = "pets-operator-leader"
+# client-go's defaults (and controller-runtime's): a new leader within 15 s of the old one's last renewal.
+DEFAULT_LEASE_DURATION_SECONDS = 15
+DEFAULT_RENEW_DEADLINE_SECONDS = 10
+DEFAULT_RETRY_PERIOD_SECONDS = 2
+# kubernetes.leaderelection's rule (client-go's JitterFactor): renew deadline > 1.2 x retry period.
+RETRY_JITTER_FACTOR = 1.2
+
+
 class ConfigError(ValueError):
     """The operator's environment is not usable; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class LeaseConfig:
+    """Leader election on the coordination.k8s.io/v1 Lease `namespace`/`name` (`leadership`)."""
+    name: str = DEFAULT_LEASE_NAME
+    namespace: str = ""  # empty: the operator's own (its service account's), else "default"
+    # A standby takes over when the lease has not been renewed for this long (as the standby sees it) ...
+    duration_seconds: int = DEFAULT_LEASE_DURATION_SECONDS
+    # ... the leader stops writing (and exits) when it has not renewed it for this long, by its own clock ...
+    renew_deadline_seconds: int = DEFAULT_RENEW_DEADLINE_SECONDS
+    # ... and every candidate tries to acquire or renew it this often.
+    retry_period_seconds: int = DEFAULT_RETRY_PERIOD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -25,6 +50,8 @@ class OperatorConfig:
     trainer_image: str = DEFAULT_TRAINER_IMAGE
     log_level: str = "INFO"
     peering: str = ""  # empty: --standalone
+    # One active replica, the holder of a Lease (`leadership`); None: every process acts (`--no-leader-elect`).
+    leader_election: LeaseConfig | None = LeaseConfig()
     # kopf pauses every operator of a peering that shares the top priority, so replicas must differ;
     # None: a random one per process (the highest live replica serves, the others wait).
     priority: int | None = None
@@ -40,6 +67,9 @@ class OperatorConfig:
     # gangScheduling.*SchedulerName): the name that scheduler runs under in this cluster.
     coscheduling_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["coscheduling"]
     volcano_scheduler_name: str = DEFAULT_GANG_SCHEDULER_NAMES["volcano"]
+    # Seconds before a group is restarted after a worker failed, doubling with each restart (at most 6 minutes),
+    # as the Job controller backs off; tests make it short.
+    restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
 
     @property
     def gang_scheduler_names(self) -> dict[str, str]:
@@ -65,12 +95,14 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
     metrics_port = _port(environ, "PETS_OPERATOR_METRICS_PORT", DEFAULT_METRICS_PORT)  # 0: no /metrics
     if metrics_port and metrics_port == port:
         raise ConfigError(f"PETS_OPERATOR_METRICS_PORT and PETS_OPERATOR_LIVENESS_PORT must differ, both are {port}")
+    peering = environ.get("PETS_OPERATOR_PEERING", "").strip()
     return OperatorConfig(
+        leader_election=_leader_election(environ, peering),
         trainer_command=_command(environ.get("PETS_OPERATOR_TRAINER_COMMAND", "").strip()),
         namespaces=namespaces,
         trainer_image=image,
         log_level=level,
-        peering=environ.get("PETS_OPERATOR_PEERING", "").strip(),
+        peering=peering,
         priority=_priority(environ.get("PETS_OPERATOR_PRIORITY", "").strip()),
         liveness_port=port,
         metrics_port=metrics_port,
@@ -78,7 +110,45 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
                                default=True),
         coscheduling_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_COSCHEDULING_SCHEDULER_NAME", "coscheduling"),
         volcano_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_VOLCANO_SCHEDULER_NAME", "volcano"),
+        restart_backoff_seconds=_seconds(environ, "PETS_OPERATOR_RESTART_BACKOFF_SECONDS",
+                                         DEFAULT_RESTART_BACKOFF_SECONDS),
     )
+
+
+def _leader_election(environ: Mapping[str, str], peering: str) -> LeaseConfig | None:
+    """On unless PETS_OPERATOR_LEADER_ELECT=false, or kopf peering picks the active replica instead."""
+    switch = environ.get("PETS_OPERATOR_LEADER_ELECT", "")
+    if not _switch("PETS_OPERATOR_LEADER_ELECT", switch, default=not peering):
+        return None
+    if peering:
+        raise ConfigError("PETS_OPERATOR_LEADER_ELECT=true and PETS_OPERATOR_PEERING both pick the one active replica: "
+                          "set only one (leader election is the default; peering needs PETS_OPERATOR_LEADER_ELECT=false)")
+    name = environ.get("PETS_OPERATOR_LEASE_NAME", "").strip() or DEFAULT_LEASE_NAME
+    if not is_dns1123_subdomain(name):
+        raise ConfigError(f"PETS_OPERATOR_LEASE_NAME must be a Lease name (a DNS-1123 subdomain), got {name!r}")
+    namespace = environ.get("PETS_OPERATOR_LEASE_NAMESPACE", "").strip()
+    if namespace and not is_dns1123_label(namespace):
+        raise ConfigError(f"PETS_OPERATOR_LEASE_NAMESPACE must be a namespace name, got {namespace!r}")
+    duration = _whole_seconds(environ, "PETS_OPERATOR_LEASE_DURATION_SECONDS", DEFAULT_LEASE_DURATION_SECONDS)
+    deadline = _whole_seconds(environ, "PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS", DEFAULT_RENEW_DEADLINE_SECONDS)
+    retry = _whole_seconds(environ, "PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS", DEFAULT_RETRY_PERIOD_SECONDS)
+    if not duration > deadline > RETRY_JITTER_FACTOR * retry:
+        raise ConfigError(
+            "the lease needs PETS_OPERATOR_LEASE_DURATION_SECONDS > PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS > "
+            f"{RETRY_JITTER_FACTOR} x PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS, got {duration} > {deadline} > "
+            f"{RETRY_JITTER_FACTOR} x {retry}")
+    return LeaseConfig(name, namespace, duration, deadline, retry)
+
+
+def _whole_seconds(environ: Mapping[str, str], name: str, default: int) -> int:
+    text = environ.get(name, "").strip() or str(default)
+    try:
+        seconds = int(text)
+    except ValueError:
+        raise ConfigError(f"{name} must be a whole number of seconds, got {text!r}") from None
+    if seconds < 1:
+        raise ConfigError(f"{name} must be at least 1, got {seconds}")
+    return seconds
 
 
 def _port(environ: Mapping[str, str], name: str, default: int) -> int:
@@ -90,6 +160,19 @@ def _port(environ: Mapping[str, str], name: str, default: int) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{name} must be within 0..65535, got {port}")
     return port
+
+
+def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
+    text = environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds (0 or more), got {text!r}")
+    return seconds
 
 
 def _scheduler_name(environ: Mapping[str, str], name: str, scheduler: str) -> str:

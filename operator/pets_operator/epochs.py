@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 from pets_api.metric_lines import EPOCH, EVENT, PRINTED, parse_progress_lines
 
 from .initialization import Initialization, fold
+from .tracking import Tracking, fold_tracking
 
 EPOCH_FIELDS = ("epochs", "accuracy", "bestAccuracy", "currentEpoch")
 
@@ -71,7 +72,7 @@ def merge_epochs(known: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, 
 
 
 def epoch_status(epochs: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """The status fields derived from the epochs: latest accuracy, best accuracy, current epoch."""
+    """The status fields derived from the epochs: latest accuracy, best accuracy, epochs completed (from 1)."""
     if not epochs:
         return {"epochs": []}
     latest = max(epochs, key=lambda entry: entry["epoch"])
@@ -79,7 +80,7 @@ def epoch_status(epochs: list[Mapping[str, Any]]) -> dict[str, Any]:
         "epochs": [{key: value for key, value in entry.items() if key != PRINTED} for entry in epochs],
         "accuracy": latest["accuracy"],
         "bestAccuracy": max(entry["accuracy"] for entry in epochs),
-        "currentEpoch": latest["epoch"],
+        "currentEpoch": latest["epoch"] + 1,
     }
 
 
@@ -101,6 +102,7 @@ class EpochBook:
         self.attempt = attempt
         self._provisional: set[int] = set()  # epochs of an earlier attempt, kept until the new one says otherwise
         self._initialization = Initialization()  # the current attempt's downloads, as pod 0 reports them
+        self._tracking = Tracking()  # the current attempt's trackers, as pod 0 reports them
 
     @property
     def initialization(self) -> Initialization:
@@ -113,6 +115,18 @@ class EpochBook:
         with self._lock:
             if attempt is None or attempt == self.attempt:
                 self._initialization = fold(self._initialization, event)
+
+    @property
+    def tracking(self) -> Tracking:
+        with self._lock:
+            return self._tracking
+
+    def note_tracking(self, event: Mapping[str, Any], attempt: int | None = None) -> None:
+        """A `tracking` / `tracking_degraded` line of group `attempt` (None: the current one); kept, not patched:
+        the runner's next step folds it into status.tracking and the TrackingDegraded condition."""
+        with self._lock:
+            if attempt is None or attempt == self.attempt:
+                self._tracking = fold_tracking(self._tracking, event)
 
     def _within(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [e for e in entries if self._limit is None or int(e["epoch"]) < self._limit]
@@ -149,6 +163,7 @@ class EpochBook:
         with self._lock:
             self.attempt = attempt
             self._initialization = Initialization()  # the new group downloads (or finds its cache) anew
+            self._tracking = Tracking()  # and starts runs of its own
             if keep:
                 self._provisional = {int(e["epoch"]) for e in self._epochs}
             else:

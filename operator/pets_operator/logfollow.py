@@ -33,10 +33,12 @@ from pets_api.metric_lines import LineSplitter, parse_line, parse_progress_line
 from .epochs import EpochBook, epoch_entry
 from .initialization import is_init_event
 from .status import FINAL_PHASES, PENDING
+from .tracking import is_tracking_event
 
 log = logging.getLogger(__name__)
 USER_AGENT = "pets-operator/log-follower"
 INIT_MARK = '"init'  # in every `init` / `initialized` line (json.dumps writes `"event": "init...`)
+TRACKING_MARK = '"tracking'  # in every `tracking` / `tracking_degraded` line
 RETRY_SECONDS = 0.5
 MAX_FAILURES = 120  # x RETRY_SECONDS: give up on a log that never becomes readable
 CONNECT_TIMEOUT = 10.0
@@ -282,6 +284,10 @@ class AsyncPodLogFollower:
                 event = parse_line(split_timestamp(line)[1])
                 if is_init_event(event):
                     self._book.note_init(event, attempt=self.attempt)
+            elif TRACKING_MARK in line:  # where the trackers log, and whether one failed
+                event = parse_line(split_timestamp(line)[1])
+                if is_tracking_event(event):
+                    self._book.note_tracking(event, attempt=self.attempt)
         for entries, moments, resumed in epoch_batches(lines):
             add = functools.partial(add_entries, self._book, entries, self.attempt, resumed)
             recorded = await asyncio.get_running_loop().run_in_executor(self.streams.executor, add)

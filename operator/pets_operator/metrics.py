@@ -10,7 +10,9 @@ target's `namespace` and `job` labels, which would rename the job's own to `expo
 What a job's status change means is decided by `job_change(before, after)` (pure); `Metrics` applies
 it, keeping per job only its phase, restarts and epoch numbers. The per-job series (accuracy, best
 accuracy, current epoch) go when the job is deleted, so their number is the number of jobs.
-A `CountedKube` wraps the operator's `Kube` and counts its failed calls by verb and resource.
+A `CountedKube` wraps the operator's `Kube` and counts its failed calls by verb and resource; kopf's
+session (`kopf_api`) and the leader election (`leadership`) count theirs into the same counter, the
+verb and resource read from the request (`request_call`). `pets_operator_leader` says which replica acts.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
+from urllib.parse import parse_qs
 
 from prometheus_client import (REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics,
                                start_http_server)
@@ -80,6 +83,34 @@ def api_call(method: str) -> tuple[str, str]:
     return VERBS.get(verb, verb), RESOURCES.get(rest, rest)
 
 
+REQUEST_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
+
+
+def request_call(method: str, path: str, query: str = "") -> tuple[str, str]:
+    """(verb, resource) of an API request, as Kubernetes' audit names them: `GET /api/v1/namespaces/ns/pods?watch=1`
+    -> ("watch", "pods"); `PATCH /apis/g/v1/namespaces/ns/things/x/status` -> ("patch", "things/status")."""
+    parts = [part for part in path.split("/") if part]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    else:
+        parts = []
+    if len(parts) >= 3 and parts[0] == "namespaces":
+        parts = parts[2:]
+    resource = "/".join(parts[:1] + parts[2:3])
+    named = len(parts) >= 2
+    method = method.upper()
+    if method == "GET":
+        watch = (parse_qs(query).get("watch") or [""])[0].lower() in ("true", "1")
+        verb = "watch" if watch else "get" if named else "list"
+    elif method == "DELETE":
+        verb = "delete" if named else "deletecollection"
+    else:
+        verb = REQUEST_VERBS.get(method, method.lower())
+    return verb, resource
+
+
 @dataclass
 class _Seen:
     phase: str
@@ -127,12 +158,15 @@ class Metrics:
                                   ["job_namespace", "phase"], buckets=DURATION_BUCKETS, registry=registry)
         self.accuracy = job_gauge("job_accuracy", "The latest epoch's eval accuracy (status.accuracy)")
         self.best_accuracy = job_gauge("job_best_accuracy", "The best epoch's eval accuracy (status.bestAccuracy)")
-        self.current_epoch = job_gauge("job_current_epoch", "The latest finished epoch (status.currentEpoch)")
+        self.current_epoch = job_gauge("job_current_epoch", "Epochs completed, from 1 (status.currentEpoch)")
         self.epoch_latency = Histogram(f"{PREFIX}_epoch_status_latency_seconds",
                                        "From pod 0 writing an epoch line (its log timestamp) to the status patch "
                                        "that records it returning", buckets=LATENCY_BUCKETS, registry=registry)
-        self.api_errors = counter("api_errors", "Failed Kubernetes API calls of the operator's own (not kopf's)",
+        self.api_errors = counter("api_errors", "Failed Kubernetes API calls: the operator's own, kopf's (watches, "
+                                  "patches, events) and the leader election's; code none: no answer",
                                   ("verb", "resource", "code"))
+        self.leader = Gauge(f"{PREFIX}_leader", "1 on the replica that holds the leader-election Lease and runs the "
+                            "handlers (1 without leader election), 0 on a standby", registry=registry)
         self.followed_logs = Gauge(f"{PREFIX}_followed_logs", "Pod logs being followed", registry=registry)
         self._jobs: dict[tuple[str, str], _Seen] = {}
         self._lock = threading.Lock()  # job events come from the loop, collection from the server's thread

@@ -1,11 +1,21 @@
-"""`pets-operator run`: the kopf operator, configured from the environment (PETS_OPERATOR_*)."""
+"""`pets-operator run`: the kopf operator, configured from the environment (PETS_OPERATOR_*).
+
+With leader election (the default) the process first stands for leader (`leadership`) and starts
+kopf only once it holds the lease; until then it serves /healthz itself (`StandbyHealth`), so the
+kubelet keeps a standby. It exits 1 the moment it loses the lease, and releases the lease after a
+graceful stop, so a standby takes over at once.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import http.server
 import os
 import random
 import socket
 import sys
+import threading
+from typing import Any, Callable, Mapping
 
 from .config import ConfigError, OperatorConfig, from_environ
 
@@ -25,6 +35,16 @@ def kopf_run_options(config: OperatorConfig) -> dict:
     return options
 
 
+def log_options(config: OperatorConfig, log_format: str) -> dict:
+    """The keyword arguments of `kopf.configure`: a job's lines name it, as `[namespace/name]` in text (kopf
+    leaves that prefix out unless asked) and as the `object` field in JSON."""
+    import kopf
+
+    text = log_format == "text"
+    return {"verbose": config.log_level == "DEBUG", "log_format": kopf.LogFormat.FULL if text else kopf.LogFormat.JSON,
+            "log_prefix": text}
+
+
 def liveness_port_problem(port: int, host: str = "0.0.0.0") -> str | None:
     """Why kopf could not serve /healthz on `port` (another process listens there), or None.
 
@@ -41,18 +61,62 @@ def liveness_port_problem(port: int, host: str = "0.0.0.0") -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+class _ReusingServer(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True  # bound as aiohttp binds kopf's endpoint, which takes the port over
+    daemon_threads = True
+
+
+class StandbyHealth:
+    """/healthz on `port` while the process waits for the lease: 200 while the election runs, 503 once it stopped."""
+
+    def __init__(self, port: int, alive: Callable[[], bool], host: str = "0.0.0.0"):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                code = 404 if self.path.split("?")[0] != "/healthz" else 200 if alive() else 503
+                body = {200: b"standby\n", 503: b"leader election stopped\n", 404: b"not found\n"}[code]
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:  # one line per probe otherwise
+                pass
+
+        self.server = _ReusingServer((host, port), Handler)
+        threading.Thread(target=self.server.serve_forever, name="standby-healthz", daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def parse(argv: list[str] | None, environ: Mapping[str, str]) -> tuple[argparse.Namespace, OperatorConfig]:
+    """The command line and the environment; ConfigError names a bad variable."""
     parser = argparse.ArgumentParser(
         prog="pets-operator run",
         description="Run the PetsTrainingJob operator against the cluster in KUBECONFIG (or in-cluster). "
                     "Configuration: PETS_OPERATOR_NAMESPACES, PETS_OPERATOR_TRAINER_IMAGE, PETS_OPERATOR_LOG_LEVEL, "
+                    "PETS_OPERATOR_LEADER_ELECT, PETS_OPERATOR_LEASE_NAME, PETS_OPERATOR_LEASE_NAMESPACE, "
+                    "PETS_OPERATOR_LEASE_DURATION_SECONDS, PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS, "
+                    "PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS, "
                     "PETS_OPERATOR_PEERING, PETS_OPERATOR_PRIORITY, PETS_OPERATOR_LIVENESS_PORT, PETS_OPERATOR_METRICS_PORT, "
                     "PETS_OPERATOR_TRAINER_COMMAND.")
     parser.add_argument("--log-format", choices=("json", "text"), default="json",
                         help="structured JSON log lines (default) or plain text")
+    parser.add_argument("--no-leader-elect", action="store_true",
+                        help="act at once, without leader election (as PETS_OPERATOR_LEADER_ELECT=false): for a "
+                             "single replica only")
     args = parser.parse_args(argv)
+    config = from_environ(environ)
+    if args.no_leader_elect:
+        config = dataclasses.replace(config, leader_election=None)
+    return args, config
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
-        config = from_environ(os.environ)
+        args, config = parse(argv, os.environ)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -74,10 +138,39 @@ def main(argv: list[str] | None = None) -> int:
             return 1
 
     import kopf  # only now: `--help` and configuration errors need no kopf
+    from kubernetes.config import ConfigException
 
     from . import handlers  # noqa: F401 - registers the handlers
+    from . import kopf_api, leadership, metrics
 
-    kopf.configure(verbose=config.log_level == "DEBUG",
-                   log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL)
+    kopf.configure(**log_options(config, args.log_format))
+    counted = metrics.default()
+    try:
+        leader = _lead(config, counted) if config.leader_election is not None else None
+    except ConfigException as error:
+        print(f"error: cannot reach the cluster for leader election: {error}", file=sys.stderr)
+        return 1
+    counted.leader.set_function(lambda: 1.0 if leader is None or leader.may_write() else 0.0)
+    kopf_api.register(leadership.guard_write, counted.api_error, leader.identity if leader is not None else None)
     kopf.run(**kopf_run_options(config))
+    if leader is not None:
+        leader.release()
     return 0
+
+
+def _lead(config: OperatorConfig, counted: Any) -> Any:
+    """Stand for leader; the Leadership once this process holds the lease (serving /healthz meanwhile)."""
+    from pets_api.connection import load_api_client
+
+    from . import leadership
+
+    leader = leadership.elect(config.leader_election, load_api_client(), on_error=counted.api_error)
+    leadership.install(leader)
+    health = StandbyHealth(config.liveness_port, leader.alive) if config.liveness_port else None
+    try:
+        leader.start()
+        leader.leading.wait()
+    finally:
+        if health is not None:
+            health.close()  # kopf serves /healthz from now on
+    return leader

@@ -33,16 +33,28 @@ from .epochs import EPOCH_FIELDS, EpochBook
 from .expectations import Expectations
 from .kube import Kube, KubeError
 from .logfollow import AsyncPodLogFollower, LogStreams
+from .occupants import Occupant, occupant
 from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, attempt_of, reconcile
 from .refusals import TRANSIENT, ApiFailure, CreateFailure, backoff_seconds, most_severe
 from .spec import epoch_limit, with_changes, with_defaults
-from .status import FINAL_PHASES, RUNNING, PodView
+from .status import FINAL_PHASES, PENDING, RUNNING, PodView
+from .tracking import fold_into as fold_tracking
 from .validation import spec_problems
 
 IDLE_RECHECK_SECONDS = 1.0  # reconcile at least this often even without pod events
+MOUNT_CHECK_SECONDS = 5.0  # while a pod waits in ContainerCreating: how often its FailedMount Events are read
+CONTAINER_CREATING = "ContainerCreating"
 SETTLE_SECONDS = 0.02  # let the other pods' events of the same moment in before the next step
 
 log = logging.getLogger(__name__)
+
+
+class NameTaken(KubeError):
+    """A create answered 409 and the object there is not this job's: a name conflict (`occupants`)."""
+
+    def __init__(self, there: Occupant):
+        super().__init__(ApiFailure(409, "AlreadyExists", there.describe()))
+        self.occupant = there
 
 
 class JobRunner:
@@ -82,6 +94,10 @@ class JobRunner:
         stored = {key: self.status.get(key) for key in EPOCH_FIELDS}
         self._epoch_repair = self.book.fields() if self.status.get("epochs") and self.book.fields() != stored else None
         self.create_failure: CreateFailure | None = None  # the last creation of the group's objects, when it failed
+        self.restart_backoff = config.restart_backoff_seconds
+        self.mount_failures: dict[str, str] = {}  # pod name -> its latest FailedMount message, while it waits
+        self._mounts_read_at = float("-inf")
+        self._logged_epochs = {int(e["epoch"]): e.get("accuracy") for e in self.book.epochs}  # known or logged
         self._api_failures = 0  # consecutive failed steps (other calls than the creation)
 
     async def call(self, function, *args):
@@ -89,17 +105,23 @@ class JobRunner:
 
     def _publish_epochs(self, fields: dict[str, Any]) -> None:  # runs in the API thread pool
         self.kube.patch_job_status(self.namespace, self.name, fields)
-        accuracy = fields.get("accuracy")
-        self.log.info("epoch %s: accuracy %.4f", fields.get("currentEpoch"), float("nan") if accuracy is None else accuracy)
+        for entry in fields.get("epochs") or []:  # one line per epoch the status gains (or that changed), once
+            epoch, accuracy = int(entry["epoch"]), entry.get("accuracy")
+            if self._logged_epochs.get(epoch, ...) != accuracy:
+                self._logged_epochs[epoch] = accuracy
+                self.log.info("epoch %s: accuracy %.4f", epoch, float("nan") if accuracy is None else accuracy)
 
     async def run(self, stopped) -> None:
         try:
             while not stopped:
                 try:
                     await self._repair_epochs()
+                    await self._read_mount_failures()
                     plan = self.step()
                     if not await self.carry_out(plan):
                         return
+                    if plan.status.get("phase") in FINAL_PHASES:  # a failed job's pods may run on: not its news
+                        self._stop_following()
                     if plan.finished:  # nothing to do unless the spec changes (a TTL set now, say)
                         await self._until_spec_changes(stopped)
                         continue
@@ -112,8 +134,11 @@ class JobRunner:
                 self._api_failures = 0
                 await self._sleep(plan, stopped)
         finally:
-            for follower in self._followers.values():
-                follower.stop()
+            self._stop_following()
+
+    def _stop_following(self) -> None:
+        for follower in self._followers.values():
+            follower.stop()
 
     async def _repair_epochs(self) -> None:
         """A status with epochs the book does not keep (at or beyond spec.epochs: another run's) is corrected once."""
@@ -124,6 +149,23 @@ class JobRunner:
         self._epoch_repair = None
         if stored is not None:
             self.status = dict(stored.get("status") or {})
+
+    async def _read_mount_failures(self) -> None:
+        """The FailedMount Events of the current group's pods that wait in ContainerCreating, every
+        MOUNT_CHECK_SECONDS while any does (one list per job, whatever its size); a failed read is logged."""
+        attempt = attempt_of(self.status)
+        waiting = {p.uid: p.name for p in self._pods()
+                   if p.attempt == attempt and p.phase == PENDING and p.reason == CONTAINER_CREATING and not p.deleting}
+        self.mount_failures = {name: text for name, text in self.mount_failures.items() if name in waiting.values()}
+        if not waiting or time.monotonic() - self._mounts_read_at < MOUNT_CHECK_SECONDS:
+            return
+        self._mounts_read_at = time.monotonic()
+        try:
+            found = await self.call(self.kube.failed_mounts, self.namespace)
+        except KubeError as error:
+            self.log.warning("reading the pods' FailedMount events failed: %s", error)
+            return
+        self.mount_failures = {name: found[uid] for uid, name in waiting.items() if uid in found}
 
     def follow_spec(self) -> None:
         """Take the mutable fields, the generation and the labels from the live job, unless it is older than
@@ -157,11 +199,14 @@ class JobRunner:
     def step(self) -> Plan:
         self.follow_spec()
         pods = list(self._pods())
-        self._follow_pod0(pods)
+        if self.status.get("phase") not in FINAL_PHASES:
+            self._follow_pod0(pods)
         problems = spec_problems(self.name, self.spec, contract.RESERVED_ENV)
         plan = reconcile(self.name, self.spec, self.status, self.generation, pods,
                          datetime.now(timezone.utc), problems, logs_drained=self._pod0_drained(pods),
-                         create_failure=self.create_failure, initialization=self.book.initialization)
+                         create_failure=self.create_failure, initialization=self.book.initialization,
+                         mount_failures=self.mount_failures, restart_backoff=self.restart_backoff)
+        plan = fold_tracking(plan, self.book.tracking, self.status, self.spec, datetime.now(timezone.utc))
         return self._unless_expected(plan, pods)
 
     def _unless_expected(self, plan: Plan, pods: list[PodView]) -> Plan:
@@ -180,6 +225,7 @@ class JobRunner:
             # Before the patch: from now on no line of the old group's pod 0 reaches the status.
             await self.call(self.book.start_attempt, plan.new_attempt, not plan.clear_epochs)
             if plan.clear_epochs:
+                self._logged_epochs = {}  # the new attempt's epochs are news
                 patch.update({key: None for key in EPOCH_FIELDS[1:]}, epochs=[])
         if patch != owned:
             stored = await self.call(self.kube.patch_job_status, self.namespace, self.name, patch)
@@ -207,31 +253,34 @@ class JobRunner:
         spec.gangScheduling), then the pods; how it failed, if it did, is the next step's `create_failure`."""
         attempt = attempt_of(self.status)
         failures: list[tuple[str, ApiFailure]] = []
+        occupants: dict[str, Occupant] = {}
         service = builders.service_body(self.job, self.spec)
         creating = f"Service {service['metadata']['name']}"
         try:
-            await self.call(self.kube.create_service, service)
+            await self._create(self.kube.create_service, service)
             if self.network_policy:  # before the pods: none of them is ever open to other pods than its job's
                 policy = builders.network_policy_body(self.job)
                 creating = f"NetworkPolicy {policy['metadata']['name']}"
-                await self.call(self.kube.create_network_policy, policy)
+                await self._create(self.kube.create_network_policy, policy)
             group = builders.pod_group_body(self.job, self.spec)
             if group is not None:  # before the pods, which the gang scheduler places only with their group
                 creating = f"PodGroup {group['metadata']['name']}"
-                await self.call(self.kube.create_pod_group, group)
+                await self._create(self.kube.create_pod_group, group)
         except KubeError as error:
             failures.append((creating, error.failure))
+            occupants[creating] = getattr(error, "occupant", None)
         else:
             bodies = [builders.pod_body(self.job, self.spec, index, attempt, self.command, self.scheduler_names)
                       for index in indexes]
-            results = await asyncio.gather(*(self.call(self.kube.create_pod, body) for body in bodies),
+            results = await asyncio.gather(*(self._create(self.kube.create_pod, body) for body in bodies),
                                            return_exceptions=True)
             for index, body, result in zip(indexes, bodies, results):
                 if isinstance(result, KubeError):
                     failures.append((f"Pod {body['metadata']['name']}", result.failure))
+                    occupants[failures[-1][0]] = getattr(result, "occupant", None)
                 elif isinstance(result, BaseException):
                     raise result
-                else:  # created, or there already: until the index shows it, it is not created again
+                else:  # created, or already this job's: until the index shows it, it is not created again
                     self._expected.created(attempt, [index], time.monotonic())
         worst = most_severe(failures)
         if worst is None:
@@ -240,10 +289,23 @@ class JobRunner:
         what, failure = worst
         previous = self.create_failure
         count = previous.failures + 1 if previous is not None and previous.attempt == attempt else 1
-        self.create_failure = CreateFailure(what, failure, attempt, count, datetime.now(timezone.utc))
+        self.create_failure = CreateFailure(what, failure, attempt, count, datetime.now(timezone.utc),
+                                            occupant=occupants.get(what))
         # A refusal and a quota reach the job's status and Events in the next step; a transient failure only the log.
         (self.log.warning if failure.kind == TRANSIENT else self.log.info)(
             "creating %s: %s (%s, try %d)", what, failure.describe(), failure.kind, count)
+
+    async def _create(self, create: Callable[[dict[str, Any]], bool], body: dict[str, Any]) -> None:
+        """Create one object of the group. One that is there already counts only when it is this job's (its
+        controller ownerReference has the job's uid); another's is a NameTaken error naming it."""
+        if await self.call(create, body):
+            return
+        found = await self.call(self.kube.existing, body)
+        if found is None:  # gone between the two calls: the next step creates it
+            raise KubeError(ApiFailure(None, "Gone", f"{body['kind']} {body['metadata']['name']} was being deleted"))
+        there = occupant(found)
+        if not there.owned_by(self.job["metadata"].get("uid", "")):
+            raise NameTaken(there)
 
     async def _sleep(self, plan: Plan, stopped) -> None:
         timeout = IDLE_RECHECK_SECONDS

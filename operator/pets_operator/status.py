@@ -17,6 +17,7 @@ DISRUPTION_CONDITIONS = ("DisruptionTarget", "TerminationTarget")
 MAX_CAUSE_LENGTH = 400  # of a worker's failure cause in the job's message
 # The trainer's one-line errors (`error: ...`), also behind Accelerate's `[rank0]:` prefix in a log tail.
 _ERROR_LINE = re.compile(r"(?:^|\]:\s*)error:\s*(\S.*)$")
+_RULE_LINE = re.compile(r"^\s*[=\-]+\s*$")  # a row of = or -, which frames a summary and says nothing
 
 
 def timestamp(moment: datetime) -> str:
@@ -80,8 +81,9 @@ class PodView:
 
 def failure_cause(message: str | None) -> str | None:
     """The line of a termination message that says why: the last `error: ...` line (without the prefix),
-    else the last non-empty line (a log tail's last word, e.g. a traceback's exception line)."""
-    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    else the last line with words (a log tail's last word, e.g. a traceback's exception line; not the rows
+    of `=` or `-` that frame torch elastic's failure summary)."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip() and not _RULE_LINE.match(line)]
     if not lines:
         return None
     errors = [match.group(1) for match in map(_ERROR_LINE.search, lines) if match]

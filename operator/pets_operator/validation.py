@@ -31,6 +31,7 @@ def spec_problems(name: str, spec: Mapping[str, Any], reserved_env: frozenset[st
         *_volume_problems("cache", spec.get("cache"), data_mount_path(spec)),
         *_volume_problems("output", spec.get("output"), data_mount_path(spec)),
         *_hub_problems(spec),
+        *_tracking_problems(spec),
         *_function_problems(spec.get("function")),
         *_resource_problems(spec.get("resources") or {}),
         *_env_problems(spec.get("env") or [], reserved_env),
@@ -136,6 +137,73 @@ def _hub_problems(spec: Mapping[str, Any]) -> Iterator[str]:
             and (spec.get("cache") or {}).get("hostPath") is None:
         yield ("hub.offline with pretrained weights from the Hub needs a pre-filled cache: set "
                "cache.persistentVolumeClaim or cache.hostPath (an emptyDir starts empty), or pretrainedWeights")
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = posixpath.normpath(path), posixpath.normpath(directory)
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _tracking_problems(spec: Mapping[str, Any]) -> Iterator[str]:
+    """spec.tracking: TensorBoard's files need a volume pod 0 keeps; an MLflow store URI the pods can use."""
+    tracking = spec.get("tracking")
+    if tracking is None:
+        return
+    tensorboard, mlflow = tracking.get("tensorboard"), tracking.get("mlflow")
+    if tensorboard is None and mlflow is None:
+        yield "tracking needs tensorboard, mlflow or both"
+    output = spec.get("output")
+    if tensorboard is not None and tensorboard.get("enabled", True):
+        yield from _tensorboard_problems(tensorboard, output, data_mount_path(spec))
+    if mlflow is not None:
+        yield from _mlflow_problems(mlflow, output)
+
+
+def _tensorboard_problems(tensorboard: Mapping[str, Any], output: Mapping[str, Any] | None,
+                          data_mount: str) -> Iterator[str]:
+    log_dir = tensorboard.get("logDir")
+    if tensorboard.get("persistentVolumeClaim") is None and tensorboard.get("hostPath") is None:
+        if output is None:
+            yield ("tracking.tensorboard needs a place for its event files: set spec.output (they go to "
+                   "<output.path>/tensorboard) or give it a volume of its own (persistentVolumeClaim or hostPath, "
+                   "with logDir)")
+        elif log_dir is not None and not _inside(log_dir, output["path"]):
+            yield (f"tracking.tensorboard.logDir {log_dir!r} must lie inside spec.output.path {output['path']!r}, "
+                   "or tensorboard needs a volume of its own (persistentVolumeClaim or hostPath)")
+        return
+    if tensorboard.get("persistentVolumeClaim") is not None and tensorboard.get("hostPath") is not None:
+        yield "tracking.tensorboard must set at most one of persistentVolumeClaim, hostPath"
+    if tensorboard.get("hostPath") is not None:
+        yield from _absolute_path_problems("tracking.tensorboard.hostPath", tensorboard["hostPath"])
+    if log_dir is None:
+        yield "tracking.tensorboard.logDir is required with a volume of its own: where pod 0 mounts it"
+        return
+    problems = list(_absolute_path_problems("tracking.tensorboard.logDir", log_dir))
+    yield from problems
+    if not problems:
+        if posixpath.normpath(log_dir) == "/" or _inside(log_dir, data_mount) \
+                or any(_inside(log_dir, mount) for mount in RESERVED_MOUNTS):
+            yield (f"tracking.tensorboard.logDir {log_dir!r} must not be '/', inside the data mount {data_mount} "
+                   "or under /dev")
+        yield from _scratch_mount_problems("tracking.tensorboard.logDir", log_dir)
+
+
+def _mlflow_problems(mlflow: Mapping[str, Any], output: Mapping[str, Any] | None) -> Iterator[str]:
+    uri = str(mlflow.get("trackingUri") or "")
+    if not uri.startswith(("http://", "https://", "file://")):
+        yield f"tracking.mlflow.trackingUri {uri!r} must be an http://, https:// or file:// URI"
+    elif re.match(r"^https?://[^/?#]*@", uri):
+        yield ("tracking.mlflow.trackingUri must not carry credentials: put them in a Secret and name it in "
+               "usernameSecret/passwordSecret or tokenSecret")
+    elif uri.startswith("file://"):
+        path = uri[len("file://"):]
+        if output is None or not path.startswith("/") or not _inside(path, output["path"]):
+            yield (f"tracking.mlflow.trackingUri {uri!r}: a file:// store must lie inside spec.output.path, the "
+                   "volume pod 0 keeps (e.g. file://<output.path>/mlruns); or use a tracking server")
+    if (mlflow.get("usernameSecret") is None) != (mlflow.get("passwordSecret") is None):
+        yield "tracking.mlflow.usernameSecret and passwordSecret go together"
+    if mlflow.get("tokenSecret") is not None and mlflow.get("usernameSecret") is not None:
+        yield "tracking.mlflow: give tokenSecret or usernameSecret/passwordSecret, not both"
 
 
 def _scratch_mount_problems(field: str, path: str) -> Iterator[str]:

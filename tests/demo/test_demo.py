@@ -50,7 +50,7 @@ def test_printer_shows_each_epoch_once_and_a_row_per_change():
            "status": {"phase": "Running", "workers": {"ready": 2}}}
     printer.update(job)
     printer.update(job)  # nothing new: nothing printed
-    job["status"].update(epochs=[{"epoch": 0, "accuracy": 0.5, "trainLoss": 1.2}], currentEpoch=0, accuracy=0.5)
+    job["status"].update(epochs=[{"epoch": 0, "accuracy": 0.5, "trainLoss": 1.2}], currentEpoch=1, accuracy=0.5)
     printer.update(job)
     printer.update(job)
     lines = out.getvalue().splitlines()
@@ -59,7 +59,7 @@ def test_printer_shows_each_epoch_once_and_a_row_per_change():
     assert "accuracy 0.5000" in out.getvalue() and "train_loss 1.200" in out.getvalue()
     rows = [line for line in lines[1:] if line.startswith("j ")]
     assert [row.split()[1] for row in rows] == ["Running", "Running"]
-    assert rows[-1].split()[4:6] == ["0", "0.5000"]
+    assert rows[-1].split()[4:6] == ["1", "0.5000"]
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-import chart  # hack/chart.py
+from hack import chart
 
 SCRIPT = chart.REPO_ROOT / "hack" / "build_images.sh"
 

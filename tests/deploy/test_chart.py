@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import chart
+from hack import chart
 from tests.support.kube_schemas import crd_schemas, problems
 
 MANIFEST_CRDS = [chart.MANIFESTS_DIR / "crd.yaml", chart.MANIFESTS_DIR / "kopf-peering-crds.yaml"]
@@ -49,6 +49,14 @@ def the(objects: list[dict], kind: str) -> dict:
 def operator_env(objects: list[dict]) -> dict[str, str]:
     container = the(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     return {item["name"]: item.get("value") for item in container["env"]}
+
+
+LEADER_ELECTION_ROLE = "pets-operator-leader-election"
+
+
+def job_roles(objects: list[dict]) -> list[dict]:
+    """The Roles granting the operator its work on jobs (not the one for its leader-election Lease)."""
+    return [role for role in by_kind(objects, "Role") if role["metadata"]["name"] != LEADER_ELECTION_ROLE]
 
 
 def rule_set(role: dict) -> set[tuple[str, str, str]]:
@@ -93,13 +101,14 @@ def test_include_crds_renders_the_manifest_crds(k8s_tools):
         "petstrainingjobs.training.pets.dev", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"}
 
 
-def test_default_install_is_cluster_wide_standalone_and_locked_down(k8s_tools):
+def test_default_install_is_cluster_wide_two_replicas_with_a_leader_and_locked_down(k8s_tools):
     objects = render(k8s_tools)
-    assert {obj["kind"] for obj in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
-                                                "NetworkPolicy", "Service"}
+    assert {obj["kind"] for obj in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                "RoleBinding", "Deployment", "NetworkPolicy", "Service"}
     env = operator_env(objects)
     assert env["PETS_OPERATOR_NAMESPACES"] == ""
     assert env["PETS_OPERATOR_PEERING"] == ""
+    assert env["PETS_OPERATOR_LEADER_ELECT"] == "true"
     assert env["PETS_OPERATOR_TRAINER_IMAGE"] == "pets-trainer:0.1.0"
     assert env["PETS_OPERATOR_LOG_LEVEL"] == "INFO"
     assert env["PETS_OPERATOR_LIVENESS_PORT"] == "8080"
@@ -107,7 +116,9 @@ def test_default_install_is_cluster_wide_standalone_and_locked_down(k8s_tools):
     assert env["PETS_OPERATOR_METRICS_PORT"] == "8000"
 
     deployment = the(objects, "Deployment")
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2  # one leader, one standby
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = deployment["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is True
     assert pod["serviceAccountName"] == the(objects, "ServiceAccount")["metadata"]["name"]
@@ -169,9 +180,9 @@ def test_network_policies_can_be_turned_off(k8s_tools):
         objects = render(k8s_tools, *sets)
         assert not by_kind(objects, "NetworkPolicy")
         assert operator_env(objects)["PETS_OPERATOR_NETWORK_POLICY"] == "false"
-        for role in by_kind(objects, "ClusterRole") + by_kind(objects, "Role"):
+        for role in by_kind(objects, "ClusterRole") + job_roles(objects):
             assert not [rule for rule in rule_set(role) if rule[0] == "networking.k8s.io"]
-    for role in by_kind(render(k8s_tools, "watchNamespaces={team-a}"), "Role"):
+    for role in job_roles(render(k8s_tools, "watchNamespaces={team-a}")):
         assert ("networking.k8s.io", "networkpolicies", "create") in rule_set(role)
 
 
@@ -184,8 +195,10 @@ def test_cluster_role_grants_only_what_the_operator_uses(k8s_tools):
     } | {
         ("", "pods", verb) for verb in ("get", "list", "watch", "create", "delete")
     } | {
-        ("", "services", "create"), ("", "pods/log", "get"), ("", "events", "create"),
-        ("networking.k8s.io", "networkpolicies", "create"),
+        ("", "services", "create"), ("", "services", "get"), ("", "pods/log", "get"),
+        ("networking.k8s.io", "networkpolicies", "create"), ("networking.k8s.io", "networkpolicies", "get"),
+    } | {
+        ("", "events", verb) for verb in ("get", "list", "watch", "create")  # the pods' FailedMount events
     } | {
         ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")
     }
@@ -246,6 +259,46 @@ def test_several_replicas_stand_by_through_peering(k8s_tools):
     assert "PETS_OPERATOR_PRIORITY" not in env  # each pod picks its own, so peers never tie
 
 
+def test_leader_election_on_a_lease_in_the_release_namespace(k8s_tools):
+    objects = render(k8s_tools)
+    env = operator_env(objects)
+    assert (env["PETS_OPERATOR_LEASE_NAME"], env["PETS_OPERATOR_LEASE_DURATION_SECONDS"],
+            env["PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS"], env["PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS"]) == \
+        ("pets-operator-leader", "15", "10", "2")
+    container = the(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    namespace = next(item for item in container["env"] if item["name"] == "PETS_OPERATOR_LEASE_NAMESPACE")
+    assert namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    pod_id = next(item for item in container["env"] if item["name"] == "POD_ID")  # the holder identity
+    assert pod_id["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    role, binding = the(objects, "Role"), the(objects, "RoleBinding")
+    assert role["metadata"]["name"] == binding["metadata"]["name"] == LEADER_ELECTION_ROLE
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "pets-operator"
+    assert role["rules"] == [  # create it once; then read and renew that one Lease only
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["pets-operator-leader"],
+         "verbs": ["get", "update"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pets-operator", "namespace": "pets-operator"}]
+    assert not [rule for rule in rule_set(the(objects, "ClusterRole")) if rule[1] == "leases"]  # nowhere else
+    from pets_operator.config import LeaseConfig, from_environ  # the operator reads what the chart writes
+    config = from_environ({key: value for key, value in env.items() if value is not None})
+    assert config.leader_election == LeaseConfig("pets-operator-leader", "", 15, 10, 2)
+
+
+def test_leader_election_can_be_turned_off_for_a_single_replica_or_replaced_by_peering(k8s_tools):
+    single = render(k8s_tools, "replicas=1", "leaderElection.enabled=false")
+    assert operator_env(single)["PETS_OPERATOR_LEADER_ELECT"] == "false" and not by_kind(single, "Role")
+    assert "PETS_OPERATOR_LEASE_NAME" not in operator_env(single)
+    assert the(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    peered = render(k8s_tools, "peering.enabled=true")
+    assert operator_env(peered)["PETS_OPERATOR_LEADER_ELECT"] == "false" and not by_kind(peered, "Role")
+    named = render(k8s_tools, "leaderElection.leaseName=pets-a", "leaderElection.leaseDurationSeconds=30",
+                   "leaderElection.renewDeadlineSeconds=20", "leaderElection.retryPeriodSeconds=4")
+    env = operator_env(named)
+    assert (env["PETS_OPERATOR_LEASE_NAME"], env["PETS_OPERATOR_LEASE_DURATION_SECONDS"]) == ("pets-a", "30")
+    assert the(named, "Role")["rules"][1]["resourceNames"] == ["pets-a"]
+
+
 def test_existing_service_account_without_rbac(k8s_tools):
     objects = render(k8s_tools, *VALUE_SETS["bring-your-own-account"])
     assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment", "NetworkPolicy", "Service"}
@@ -272,22 +325,22 @@ def podgroup_rules(role: dict) -> set[tuple[str, str, str]]:
 
 def test_podgroup_permission_only_with_gang_scheduling_enabled(k8s_tools):
     for sets in ((), ("watchNamespaces={team-a}",), ("gangScheduling.schedulers={volcano}",)):
-        for role in by_kind(render(k8s_tools, *sets), "ClusterRole") + by_kind(render(k8s_tools, *sets), "Role"):
+        for role in by_kind(render(k8s_tools, *sets), "ClusterRole") + job_roles(render(k8s_tools, *sets)):
             assert podgroup_rules(role) == set(), sets
-    everything = {(group, "podgroups", "create") for group in PODGROUP_GROUPS.values()}
+    everything = {(group, "podgroups", verb) for group in PODGROUP_GROUPS.values() for verb in ("get", "create")}
     assert podgroup_rules(the(render(k8s_tools, "gangScheduling.enabled=true"), "ClusterRole")) == everything
     for scheduler, group in PODGROUP_GROUPS.items():
         objects = render(k8s_tools, "gangScheduling.enabled=true", f"gangScheduling.schedulers={{{scheduler}}}",
                          "watchNamespaces={team-a,team-b}")
-        roles = by_kind(objects, "Role")
+        roles = job_roles(objects)
         assert len(roles) == 2 and not by_kind(objects, "ClusterRole")
-        for role in roles:  # only the listed scheduler's group, only create
-            assert podgroup_rules(role) == {(group, "podgroups", "create")}
+        for role in roles:  # only the listed scheduler's group, only create (and get: is one there the job's?)
+            assert podgroup_rules(role) == {(group, "podgroups", "create"), (group, "podgroups", "get")}
 
 
 def test_the_operator_can_never_edit_a_pod_so_never_remove_kueue_s_finalizer(k8s_tools):
     for sets in ((), ("watchNamespaces={team-a}",), ("gangScheduling.enabled=true",)):
-        for role in by_kind(render(k8s_tools, *sets), "ClusterRole") + by_kind(render(k8s_tools, *sets), "Role"):
+        for role in by_kind(render(k8s_tools, *sets), "ClusterRole") + job_roles(render(k8s_tools, *sets)):
             pod_verbs = {verb for group, resource, verb in rule_set(role) if (group, resource) == ("", "pods")}
             assert pod_verbs == {"get", "list", "watch", "create", "delete"}, sets  # no patch, no update
 
@@ -304,7 +357,10 @@ def test_gang_scheduler_names_reach_the_operator(k8s_tools):
 
 
 @pytest.mark.parametrize("sets, message", [
-    (("replicas=2",), "/peering/enabled"),
+    (("replicas=2", "leaderElection.enabled=false"), "replicas > 1 needs leaderElection.enabled=true"),
+    (("leaderElection.renewDeadlineSeconds=15",), "leaseDurationSeconds > renewDeadlineSeconds > 1.2 x"),
+    (("leaderElection.retryPeriodSeconds=9",), "got 15 > 10 > 1.2 x 9"),
+    (("leaderElection.leaseName=Not_A_Name",), "leaseName"),
     (("gangScheduling.schedulers={slurm}",), "schedulers"),
     (("gangScheduling.coschedulingSchedulerName=Not_A_Name",), "coschedulingSchedulerName"),
     (("replicas=11", "peering.enabled=true"), "replicas"),
@@ -372,5 +428,5 @@ def test_rbac_covers_every_api_call_the_operator_makes(k8s_tools):
     gang = {rule for rule in needed if rule[1] == "podgroups"}
     assert needed - gang <= rule_set(the(render(k8s_tools), "ClusterRole"))  # PodGroups only when enabled
     assert needed <= rule_set(the(render(k8s_tools, "gangScheduling.enabled=true"), "ClusterRole"))
-    for role in by_kind(render(k8s_tools, "watchNamespaces={team-a}", "gangScheduling.enabled=true"), "Role"):
+    for role in job_roles(render(k8s_tools, "watchNamespaces={team-a}", "gangScheduling.enabled=true")):
         assert needed <= rule_set(role)

@@ -328,3 +328,31 @@ def test_no_cluster_at_all_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(PetsClientError, match="no cluster to talk to"):
         PetsTrainingJobClient()
+
+
+def test_tracking_reads_status_tracking_and_the_mlflow_run_s_history(tmp_path, monkeypatch):
+    """`job.tracking` is status.tracking; `job.tracking_metrics()` reads the run's history with the mlflow client
+    (here from a local store: the address in status is replaced as a notebook may need to)."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)  # a local store keeps artifacts in ./mlruns
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    writer = MlflowClient(store)
+    run = writer.create_run(writer.create_experiment("pets"))
+    for step, value in ((10, 0.5), (20, 0.75)):
+        writer.log_metric(run.info.run_id, "accuracy", value, step=step)
+    writer.log_metric(run.info.run_id, "train_loss", 1.5, step=1)
+    tracking = {"mlflow": {"runId": run.info.run_id, "trackingUri": "http://mlflow.in-cluster:5000"},
+                "tensorboard": {"logDir": "/output/tensorboard/pets", "hostPath": "/srv/out"}}
+    client, _, _ = make_client({"get_namespaced_custom_object": {"status": {"tracking": tracking}}})
+    job = client.job("pets")
+    assert job.tracking == tracking
+    history = job.tracking_metrics(tracking_uri=store)
+    assert set(history) == {"accuracy", "train_loss"}
+    assert [(m["step"], m["value"]) for m in history["accuracy"]] == [(10, 0.5), (20, 0.75)]
+    assert list(job.tracking_metrics(["train_loss"], tracking_uri=store)) == ["train_loss"]
+
+    empty, _, _ = make_client({"get_namespaced_custom_object": {"status": {}}})
+    assert empty.job("pets").tracking == {}
+    with pytest.raises(PetsClientError, match="has no MLflow run in status.tracking"):
+        empty.job("pets").tracking_metrics()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import chart  # hack/chart.py
+from hack import chart
 
 OPERATOR_DOCKERFILE = chart.REPO_ROOT / "Dockerfile"
 TRAINER_DOCKERFILE = chart.REPO_ROOT / "trainer_image" / "Dockerfile"

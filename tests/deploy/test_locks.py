@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from packaging.requirements import Requirement
 
-import locks  # hack/locks.py
+from hack import locks
 
 # The images' interpreter and platform, as the locks are resolved for them (hack/locks.py).
 IMAGE_MARKERS = {"python_version": locks.PYTHON_VERSION, "python_full_version": f"{locks.PYTHON_VERSION}.0",

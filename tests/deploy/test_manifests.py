@@ -4,8 +4,8 @@ from __future__ import annotations
 import yaml
 from kopf._cogs.structs import references as kopf_references
 
+from hack import chart
 from pets_api import names
-from tests.support import chart
 from tests.support.kube_schemas import crd_schemas, problems
 
 INSTALL_FILES = ("crd.yaml", "kopf-peering-crds.yaml", "operator.yaml")
@@ -81,4 +81,18 @@ def test_the_gpu_example_is_the_tutorial_s_recipe_and_valid():
         "resnet50d", True, "fp16", 64, 5, 0.03, 2, 1)
     assert "pretrainedWeights" not in spec and spec["data"] == {"oxfordPets": {}, "path": "images"}
     assert spec["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert spec["output"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+
+
+def test_the_tracking_example_is_valid_and_tracks_to_both():
+    from pets_api.contract import RESERVED_ENV
+    from pets_operator.spec import with_defaults
+    from pets_operator.validation import spec_problems
+
+    claim, job = chart.documents((chart.MANIFESTS_DIR / "examples" / "tracking.yaml").read_text())
+    assert claim["kind"] == "PersistentVolumeClaim" and job["kind"] == "PetsTrainingJob"
+    assert problems(job, crd_schemas(all_crds())) == [] and problems(claim, {}) == []
+    spec = job["spec"]
+    assert spec_problems(job["metadata"]["name"], with_defaults(spec, "img"), RESERVED_ENV) == []
+    assert set(spec["tracking"]) >= {"tensorboard", "mlflow"}
     assert spec["output"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]

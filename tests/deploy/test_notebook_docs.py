@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 import json
 
-from tests.support import chart
+from hack import chart
 
 NOTEBOOK = chart.REPO_ROOT / "docs" / "notebook.ipynb"
 

@@ -14,11 +14,12 @@ import subprocess
 import pytest
 import yaml
 
-import checkov_tool  # hack/checkov_tool.py (hack/ is on sys.path: tests/conftest.py)
+from hack import chart, checkov_tool
 from pets_api import packaged
 from pets_operator import builders
 from pets_operator.spec import with_defaults
-from tests.support import chart
+
+pytestmark = pytest.mark.slow  # checkov: its own virtual environment (installed on first use), a scan of many seconds
 
 # (check, resource kind or "Kind.namespace.name") -> why the finding stays. Keep it short and true: an
 # entry that no longer matches a finding fails the test too.

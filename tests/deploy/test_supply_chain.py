@@ -6,11 +6,7 @@ import subprocess
 
 import pytest
 
-import audit  # hack/audit.py
-import chart  # hack/chart.py
-import locks  # hack/locks.py
-import sbom  # hack/sbom.py
-import supply_chain_tools  # hack/supply_chain_tools.py
+from hack import audit, chart, locks, sbom, supply_chain_tools
 
 REPO_ROOT = chart.REPO_ROOT
 

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-import chart  # hack/chart.py
+from hack import chart
 
 WORKFLOWS = sorted((chart.REPO_ROOT / ".github" / "workflows").glob("*.y*ml"))
 PINNED_USES = re.compile(r"^\s*(-\s+)?uses:\s+[\w.-]+/[\w./-]+@[0-9a-f]{40}\s+#\s+v\d+\.\d+\.\d+\s*$")

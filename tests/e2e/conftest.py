@@ -27,7 +27,7 @@ class OperatorProcess:
 
     def __init__(self, kubeconfig: Path, log_dir: Path, extra_env: dict[str, str]):
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PETS_OPERATOR_LIVENESS_PORT": "0",
-                    "PETS_OPERATOR_LOG_LEVEL": "INFO", **extra_env}
+                    "PETS_OPERATOR_LOG_LEVEL": "INFO", "PETS_OPERATOR_RESTART_BACKOFF_SECONDS": "1", **extra_env}
         self.log_dir = log_dir
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -137,7 +137,9 @@ def operator_process(cluster, tmp_path, request):
     def start(extra_env: dict[str, str] | None = None) -> OperatorProcess:
         log_dir = tmp_path / f"operator-{len(started)}"
         log_dir.mkdir()
-        process = OperatorProcess(cluster.kubeconfig, log_dir, extra_env or {}).start()
+        # POD_ID: the leader-election identity, one per "pod" and kept across its restarts, as in a cluster.
+        env = {"POD_ID": f"operator-{len(started)}", **(extra_env or {})}
+        process = OperatorProcess(cluster.kubeconfig, log_dir, env).start()
         started.append(process)
         return process
 

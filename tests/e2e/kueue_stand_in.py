@@ -33,7 +33,7 @@ from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.faults import FaultProxy
+from tests.support.fault_proxy import FaultProxy
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"

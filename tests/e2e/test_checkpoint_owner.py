@@ -51,7 +51,7 @@ def test_a_second_job_refuses_the_first_job_s_checkpoint_unless_it_takes_it_over
     log = api.core.read_namespaced_pod_log("second-0", "default")
     assert status["phase"] == "Failed", log[-3000:]
     first_uid, second_uid = first["metadata"]["uid"], second["metadata"]["uid"]
-    line = next((x for x in log.splitlines() if x.startswith("error: the checkpoint in ")), None)
+    line = next((x for x in log.splitlines() if x.startswith("error: CheckpointConflict: the checkpoint in ")), None)
     assert line is not None, log[-3000:]
     assert line.endswith(f"shared-checkpoints belongs to job default/first (uid {first_uid}), not to this job "
                          f"default/second (uid {second_uid}): set spec.checkpoint.resumeFrom: AnyJob (pets-train "

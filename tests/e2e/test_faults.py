@@ -1,4 +1,4 @@
-"""The real operator against an API server that refuses or fails chosen calls (through `faults.FaultProxy`).
+"""The real operator against an API server that refuses or fails chosen calls (through `fault_proxy.FaultProxy`).
 
 Refusals that retrying cannot change fail the job with the API's message, quota refusals keep it
 Pending until they pass, server errors and unanswered calls are retried, and none of it makes the
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.faults import FaultProxy
+from tests.support.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
 

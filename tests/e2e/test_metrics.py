@@ -41,7 +41,7 @@ def test_metrics_follow_a_job_and_its_series_go_with_it(api, operator_process, w
     wait_for("the job Succeeded", lambda: ((api.job("measured") or {}).get("status") or {}).get("phase") == "Succeeded",
              60, operator.logs)
     metrics = wait_for("the job's final figures in /metrics",
-                       lambda: (m := scrape(port)) and job_series(m, "pets_operator_job_current_epoch", "measured") == 2
+                       lambda: (m := scrape(port)) and job_series(m, "pets_operator_job_current_epoch", "measured") == 3
                        and m, 30, operator.logs)
     assert job_series(metrics, "pets_operator_job_accuracy", "measured") == 0.58
     assert job_series(metrics, "pets_operator_job_best_accuracy", "measured") == 0.61

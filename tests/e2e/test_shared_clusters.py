@@ -12,7 +12,7 @@ from pets_localkube import LocalCluster
 from pets_localkube.gang import DEFAULT_GANG_SCHEDULER
 from pets_api import GROUP, PLURAL, VERSION
 from pets_api.metric_lines import parse_lines
-from tests.e2e.faults import FaultProxy
+from tests.support.fault_proxy import FaultProxy
 from tests.e2e.kueue_stand_in import FINALIZER, GATE, KueueStandIn
 
 pytestmark = pytest.mark.e2e

@@ -1,6 +1,8 @@
 """Operator behaviour through the local cluster with a cheap stand-in trainer command."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -20,7 +22,7 @@ def test_stand_in_job_succeeds_with_live_epochs(api, operator_process, stand_in_
     status = wait_for("Succeeded", lambda: phase(api, "quick") == "Succeeded" and api.job("quick")["status"], 60,
                       operator.logs)
     assert [e["epoch"] for e in status["epochs"]] == [0, 1, 2]
-    assert status["currentEpoch"] == 2 and status["bestAccuracy"] == status["accuracy"]
+    assert status["currentEpoch"] == 3 and status["bestAccuracy"] == status["accuracy"]
     assert status["workers"]["succeeded"] == 2 and status["restarts"] == 0
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"Created": "True", "Running": "False", "Succeeded": "True"}
@@ -29,14 +31,19 @@ def test_stand_in_job_succeeds_with_live_epochs(api, operator_process, stand_in_
     assert len(api.services("quick")) == 1
 
 
-def test_worker_failure_past_backoff_fails_and_removes_the_others(api, operator_process, stand_in_env, wait_for):
+def test_worker_failure_past_backoff_fails_and_keeps_the_pods_for_their_logs(api, operator_process, stand_in_env,
+                                                                             wait_for):
     operator = operator_process(stand_in_env)
     api.create_job("broken", job_spec(epochs=20, env=[{"name": "STAND_IN_FAIL_RANK", "value": "1"}]))
     wait_for("Failed", lambda: phase(api, "broken") == "Failed", 60, operator.logs)
     status = api.job("broken")["status"]
     assert "worker broken-1 failed (exit code 3" in status["message"]
     assert "backoffLimit (0) reached" in status["message"]
-    wait_for("pod 0 removed", lambda: [p.metadata.name for p in api.pods("broken")] == ["broken-1"], 30)
+    wait_for("the workers ended", lambda: all(p.status.phase in ("Succeeded", "Failed") for p in api.pods("broken")), 30)
+    assert sorted(p.metadata.name for p in api.pods("broken")) == ["broken-0", "broken-1"]
+    assert "epoch 0 done" in api.core.read_namespaced_pod_log("broken-0", "default")
+    epochs = api.job("broken")["status"].get("epochs") or []
+    assert len(epochs) < 20  # the job's status ended with the job: pod 0's later epochs are not its news
 
 
 def test_worker_failure_within_backoff_restarts_the_group(api, operator_process, stand_in_env, wait_for, tmp_path):
@@ -94,6 +101,12 @@ def test_operator_restart_mid_run_neither_duplicates_nor_loses(api, operator_pro
     assert [e["epoch"] for e in status["epochs"]] == list(range(8))
     assert sorted(p.metadata.uid for p in api.pods("steady")) == uids
     assert status["restarts"] == 0
+    # The operators' logs: each epoch once, by the operator that recorded it (the second one, from its log
+    # re-read, only those the status did not have yet), each line naming the job.
+    records = [json.loads(line) for line in operator.logs().splitlines() if line.startswith("{")]
+    logged = [int(r["message"].split()[1].rstrip(":")) for r in records if r["message"].startswith("epoch ")]
+    assert len(logged) == len(set(logged)) and set(range(2, 8)) <= set(logged), logged
+    assert all(r["object"]["name"] == "steady" for r in records if r["message"].startswith("epoch "))
 
 
 def test_active_deadline_fails_the_job_and_stops_its_workers(api, operator_process, stand_in_env, wait_for):

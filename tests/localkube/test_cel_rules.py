@@ -357,3 +357,40 @@ def test_a_crd_whose_rule_the_server_cannot_evaluate_is_refused_when_applied(loc
         body = refusal(lambda: client.ApiextensionsV1Api(api).create_custom_resource_definition(crd))
     assert body["details"]["causes"][0]["field"] == "spec.versions"
     assert "cannot evaluate 'isLessThan', 'quantity'" in body["message"]
+
+
+# --- the project's CRD: spec.tracking ----------------------------------------------------------------
+
+@pytest.mark.parametrize("tracking, field, message", [
+    ({"mlflow": {"trackingUri": "mlflow:5000"}}, "spec.tracking.mlflow.trackingUri",
+     "trackingUri must be an http://, https:// or file:// URI"),
+    ({"mlflow": {"trackingUri": "s3://bucket/mlruns"}}, "spec.tracking.mlflow.trackingUri",
+     "trackingUri must be an http://, https:// or file:// URI"),
+    ({"mlflow": {"trackingUri": "https://me:secret@mlflow.example"}}, "spec.tracking.mlflow.trackingUri",
+     "trackingUri must not carry credentials: put them in a Secret and name it in usernameSecret/passwordSecret or tokenSecret"),
+    ({"mlflow": {"trackingUri": "http://m", "usernameSecret": {"name": "s", "key": "u"}}}, "spec.tracking.mlflow",
+     "usernameSecret and passwordSecret go together"),
+    ({"mlflow": {"trackingUri": "http://m", "tokenSecret": {"name": "s", "key": "t"},
+                 "usernameSecret": {"name": "s", "key": "u"}, "passwordSecret": {"name": "s", "key": "p"}}},
+     "spec.tracking.mlflow", "give tokenSecret or usernameSecret/passwordSecret, not both"),
+    ({"tensorboard": {"hostPath": "/srv/tb"}}, "spec.tracking.tensorboard",
+     "tensorboard with a volume of its own needs logDir: where the volume is mounted in pod 0"),
+    ({"logEverySteps": 5}, "spec.tracking", "tracking needs tensorboard, mlflow or both"),
+])
+def test_the_crd_refuses_tracking_that_cannot_work(project, tracking, field, message):
+    created = job("j", tracking=tracking)
+    created["metadata"].update(namespace="default", uid="u")
+    project.default(created)
+    causes = project.validate(created)
+    assert {"reason": "FieldValueInvalid", "field": field,
+            "message": f'Invalid value: "{"string" if field.endswith("Uri") else "object"}": {message}'} in causes, causes
+
+
+def test_the_crd_takes_tracking_and_fills_in_its_defaults(project):
+    created = stored_job(project, output={}, tracking={"tensorboard": {}, "mlflow": {
+        "trackingUri": "https://mlflow.example", "tokenSecret": {"name": "s", "key": "t"}}})
+    assert created["spec"]["tracking"] == {
+        "logEverySteps": 10, "tensorboard": {"enabled": True},
+        "mlflow": {"trackingUri": "https://mlflow.example", "experimentName": "pets", "tokenSecret": {"name": "s", "key": "t"}}}
+    assert changed(project, created, tracking=None)[0]["message"].endswith(
+        "tracking is immutable: it cannot be added or removed; delete and recreate the job to change it")

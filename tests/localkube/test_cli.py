@@ -1,6 +1,8 @@
 """The kit's `local up` command (`pets-operator local up`, the product's wiring of it, is in test_product.py)."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 from kubernetes import client, config
@@ -23,3 +25,51 @@ def test_the_kits_local_up_applies_no_crd_of_its_own(tmp_path):
             crds = client.ApiextensionsV1Api(api).list_custom_resource_definition().items
             assert crds == []
             assert client.CoreV1Api(api).read_node("local-node").status.capacity["pods"] == "110"
+
+
+def _up(command: list[str], workdir, *extra: str) -> tuple[subprocess.Popen, str]:
+    """A `local up` until it prints `export KUBECONFIG=`; (the process, what it printed)."""
+    up = subprocess.Popen([*command, "up", "--workdir", str(workdir), *extra], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    printed = []
+    while True:
+        line = up.stdout.readline()
+        printed.append(line)
+        if line.startswith("export KUBECONFIG=") or not line:
+            return up, "".join(printed)
+
+
+KIT = [sys.executable, "-c", "import sys; from pets_localkube import cli; sys.exit(cli.main())"]
+
+
+def test_local_down_stops_the_local_up_of_its_workdir(tmp_path, capsys):
+    up, printed = _up(KIT, tmp_path / "work")
+    try:
+        assert printed.endswith(f"export KUBECONFIG={tmp_path / 'work' / 'kubeconfig'}\n"), printed
+        assert cli.running_up(tmp_path / "work") == up.pid
+        assert cli.main(["down", "--workdir", str(tmp_path / "work")]) == 0
+        assert capsys.readouterr().out == f"stopped the local cluster of {tmp_path / 'work'} (pid {up.pid})\n"
+        assert up.wait(timeout=10) == 0
+        assert not (tmp_path / "work" / cli.PID_FILE).exists()
+    finally:
+        if up.poll() is None:
+            up.kill()
+
+
+def test_local_down_without_a_local_up_says_so(tmp_path, capsys):
+    assert cli.main(["down", "--workdir", str(tmp_path)]) == 1
+    assert capsys.readouterr().err == f"error: no `local up` is running with work directory {tmp_path}\n"
+    # A pid file left behind by an `up` that is gone (its pid possibly reused) names no running `up`.
+    (tmp_path / cli.PID_FILE).write_text(f"{os.getpid()} 1\n")
+    assert cli.running_up(tmp_path) is None
+    assert cli.main(["down", "--workdir", str(tmp_path)]) == 1
+
+
+def test_the_kubernetes_control_plane_without_binaries_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code = cli.main(["up", "--workdir", str(tmp_path / "w"), "--control-plane", "kubernetes",
+                     "--bin-dir", str(tmp_path / "empty")])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: cannot start the local cluster: step 'locate binaries': etcd, kube-apiserver, ")
+    assert "hack/control_plane.sh" in error

@@ -108,8 +108,8 @@ def test_wait_prints_plain_lines_outside_jupyter(capsys):
     assert capsys.readouterr().out.splitlines() == [
         "pets: submitted",
         "pets: Running (2 of 2 worker(s) running)",
-        "pets: epoch 0: accuracy 0.5000, train loss 1.2000",
-        "pets: epoch 1: accuracy 0.7500",
+        "pets: epoch 1/2: accuracy 0.5000, train loss 1.2000",
+        "pets: epoch 2/2: accuracy 0.7500",
         "pets: Succeeded (all 2 worker(s) succeeded)",
         "pets: Succeeded, 2/2 epochs, accuracy 0.7500 (best 0.7500)",
     ]
@@ -137,7 +137,7 @@ def test_plot_draws_accuracy_and_train_loss():
     client, _, _ = make_client({"get_namespaced_custom_object": resource})
     ax = client.job("pets").plot()
     (line,) = ax.get_lines()
-    assert list(line.get_xdata()) == [0, 1] and list(line.get_ydata()) == [50.0, 75.0]
+    assert list(line.get_xdata()) == [1, 2] and list(line.get_ydata()) == [50.0, 75.0]
     (loss_ax,) = [other for other in ax.figure.axes if other is not ax]
     assert list(loss_ax.get_lines()[0].get_ydata()) == [1.0, 0.5]
     assert "pets: Succeeded" in ax.get_title()
@@ -157,9 +157,10 @@ class Stream:
 
 def test_logs_follow_waits_for_the_container_and_streams_lines():
     stream = Stream([b"epoch 0: 5", b"0.00\nepoch 1: 75.00\n", b"done"])
-    client, _, core = make_client(core={"read_namespaced_pod_log": [refused(400, "container is waiting to start"), stream]})
+    client, _, core = make_client(custom={"get_namespaced_custom_object": {"status": {"phase": "Running"}}},
+                                  core={"read_namespaced_pod_log": [refused(400, "container is waiting to start"), stream]})
     out = io.StringIO()
-    client.job("pets").logs(follow=True, file=out, timeout=5)
+    client.job("pets").logs(follow=True, file=out, timeout=5)  # a job that has not failed: pod 0's
     assert out.getvalue() == "epoch 0: 50.00\nepoch 1: 75.00\ndone\n"
     assert stream.released
     assert core.calls[-1] == ("read_namespaced_pod_log", ("pets-0", "ml"), {"follow": True, "_preload_content": False})

@@ -53,7 +53,7 @@ done"""
                                                {"epoch": 1, "accuracy": 0.875, "printed": True}]
     status = epoch_status(merge_epochs([], epoch_entries(log.splitlines())))
     assert status == {"epochs": [{"epoch": 0, "accuracy": 0.625}, {"epoch": 1, "accuracy": 0.875}],
-                      "accuracy": 0.875, "bestAccuracy": 0.875, "currentEpoch": 1}, "the marker stays out of the status"
+                      "accuracy": 0.875, "bestAccuracy": 0.875, "currentEpoch": 2}, "the marker stays out of the status"
 
 
 def test_a_metric_line_replaces_a_printed_one_and_never_the_reverse():

@@ -243,3 +243,36 @@ def test_no_cache_volume_without_downloads(job, spec):
     pod = builders.pod_body(job, spec, 0, 0)
     assert "cache" not in {volume["name"] for volume in pod["spec"]["volumes"]}
     assert "HF_HOME" not in env_of(pod)
+
+
+def test_tracking_environment_and_the_tensorboard_volume(job, spec):
+    """spec.tracking: MLflow's variables (credentials from their Secret, never as values), TensorBoard's directory
+    under the output or on a volume of its own that only pod 0 (the main process) mounts."""
+    mlflow = {"trackingUri": "https://mlflow.example", "runName": "first",
+              "usernameSecret": {"name": "mlflow", "key": "user"}, "passwordSecret": {"name": "mlflow", "key": "pw"}}
+    under_output = with_defaults({**spec, "output": {}, "tracking": {"tensorboard": {}, "mlflow": mlflow}}, "img")
+    pod = builders.pod_body(job, under_output, 0, 0)
+    env = {item["name"]: item for item in pod["spec"]["containers"][0]["env"]}
+    assert env["TENSORBOARD_LOG_DIR"]["value"] == "/output/tensorboard" and env["LOG_EVERY_STEPS"]["value"] == "10"
+    assert (env["MLFLOW_TRACKING_URI"]["value"], env["MLFLOW_EXPERIMENT_NAME"]["value"],
+            env["MLFLOW_RUN_NAME"]["value"]) == ("https://mlflow.example", "pets", "first")
+    assert env["MLFLOW_TRACKING_USERNAME"] == {"name": "MLFLOW_TRACKING_USERNAME",
+                                              "valueFrom": {"secretKeyRef": {"name": "mlflow", "key": "user"}}}
+    assert env["MLFLOW_TRACKING_PASSWORD"] == {"name": "MLFLOW_TRACKING_PASSWORD",
+                                              "valueFrom": {"secretKeyRef": {"name": "mlflow", "key": "pw"}}}
+    assert "MLFLOW_TRACKING_TOKEN" not in env
+    assert "tensorboard" not in {volume["name"] for volume in pod["spec"]["volumes"]}
+    own = with_defaults({**spec, "tracking": {"logEverySteps": 3, "tensorboard": {
+        "persistentVolumeClaim": {"claimName": "tb"}, "logDir": "/tensorboard"}}}, "img")
+    pod = builders.pod_body(job, own, 0, 0)
+    env = env_of(pod)
+    assert env["TENSORBOARD_LOG_DIR"] == "/tensorboard" and env["LOG_EVERY_STEPS"] == "3"
+    assert "MLFLOW_TRACKING_URI" not in env
+    volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert volumes["tensorboard"] == {"name": "tensorboard", "persistentVolumeClaim": {"claimName": "tb"}}
+    assert {"name": "tensorboard", "mountPath": "/tensorboard"} in pod["spec"]["containers"][0]["volumeMounts"]
+    kubernetes_validate.validate(pod, "1.30", strict=True)
+    assert "tensorboard" not in {volume["name"] for volume in builders.pod_body(job, own, 1, 0)["spec"]["volumes"]}
+    off = with_defaults({**spec, "output": {}, "tracking": {"tensorboard": {"enabled": False},
+                                                            "mlflow": {"trackingUri": "http://m"}}}, "img")
+    assert "TENSORBOARD_LOG_DIR" not in env_of(builders.pod_body(job, off, 0, 0))

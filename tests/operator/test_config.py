@@ -2,8 +2,8 @@ import logging
 
 import pytest
 
-from pets_operator.config import ConfigError, from_environ
-from pets_operator.run import kopf_run_options
+from pets_operator.config import ConfigError, LeaseConfig, from_environ
+from pets_operator.run import kopf_run_options, parse
 
 
 def test_defaults_are_cluster_wide_standalone():
@@ -65,3 +65,36 @@ def test_network_policies_are_on_unless_turned_off():
     assert from_environ({"PETS_OPERATOR_NETWORK_POLICY": ""}).network_policy is True
     assert from_environ({"PETS_OPERATOR_NETWORK_POLICY": "false"}).network_policy is False
     assert from_environ({"PETS_OPERATOR_NETWORK_POLICY": " True "}).network_policy is True
+
+
+def test_leader_election_is_on_by_default_with_client_go_s_timings():
+    lease = from_environ({}).leader_election
+    assert lease == LeaseConfig(name="pets-operator-leader", namespace="", duration_seconds=15,
+                                renew_deadline_seconds=10, retry_period_seconds=2)
+    short = from_environ({"PETS_OPERATOR_LEASE_NAME": "pets-a", "PETS_OPERATOR_LEASE_NAMESPACE": "ops",
+                          "PETS_OPERATOR_LEASE_DURATION_SECONDS": "4", "PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS": "3",
+                          "PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS": "1"}).leader_election
+    assert short == LeaseConfig("pets-a", "ops", 4, 3, 1)
+
+
+def test_leader_election_turns_off_by_env_flag_or_peering():
+    assert from_environ({"PETS_OPERATOR_LEADER_ELECT": "false"}).leader_election is None
+    assert parse(["--no-leader-elect"], {})[1].leader_election is None
+    assert parse([], {})[1].leader_election is not None
+    assert from_environ({"PETS_OPERATOR_PEERING": "pets"}).leader_election is None  # peering picks the replica
+    with pytest.raises(ConfigError, match="PETS_OPERATOR_LEADER_ELECT=true and PETS_OPERATOR_PEERING"):
+        from_environ({"PETS_OPERATOR_PEERING": "pets", "PETS_OPERATOR_LEADER_ELECT": "true"})
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"PETS_OPERATOR_LEADER_ELECT": "perhaps"}, "PETS_OPERATOR_LEADER_ELECT must be true or false"),
+    ({"PETS_OPERATOR_LEASE_DURATION_SECONDS": "4.5"}, "PETS_OPERATOR_LEASE_DURATION_SECONDS must be a whole number"),
+    ({"PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS": "0"}, "PETS_OPERATOR_LEASE_RETRY_PERIOD_SECONDS must be at least 1"),
+    ({"PETS_OPERATOR_LEASE_DURATION_SECONDS": "10"}, "got 10 > 10 > 1.2 x 2"),
+    ({"PETS_OPERATOR_LEASE_RENEW_DEADLINE_SECONDS": "2"}, "got 15 > 2 > 1.2 x 2"),
+    ({"PETS_OPERATOR_LEASE_NAME": "Leader!"}, "PETS_OPERATOR_LEASE_NAME"),
+    ({"PETS_OPERATOR_LEASE_NAMESPACE": "a.b"}, "PETS_OPERATOR_LEASE_NAMESPACE"),
+])
+def test_bad_lease_settings_name_the_variable(env, words):
+    with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace(">", ">")):
+        from_environ(env)

@@ -48,7 +48,7 @@ def test_a_later_report_replaces_the_epoch():
 
 def test_epoch_status_fields():
     status = epoch_status([{"epoch": 0, "accuracy": 0.7}, {"epoch": 1, "accuracy": 0.6}])
-    assert status["accuracy"] == 0.6 and status["bestAccuracy"] == 0.7 and status["currentEpoch"] == 1
+    assert status["accuracy"] == 0.6 and status["bestAccuracy"] == 0.7 and status["currentEpoch"] == 2
     assert len(status["epochs"]) == 2
     assert epoch_status([]) == {"epochs": []}
 
@@ -88,7 +88,7 @@ def test_book_publishes_only_changes():
     assert not book.add([{"epoch": 0, "accuracy": 0.5}])
     assert book.add([{"epoch": 1, "accuracy": 0.7}])
     assert published == [{"epochs": [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.7}],
-                          "accuracy": 0.7, "bestAccuracy": 0.7, "currentEpoch": 1}]
+                          "accuracy": 0.7, "bestAccuracy": 0.7, "currentEpoch": 2}]
 
 
 def entry(epoch, accuracy):
@@ -100,7 +100,7 @@ def test_book_keeps_nothing_at_or_beyond_spec_epochs():
     stale = [entry(n, 0.1 * n) for n in range(8)]  # a run with more epochs than the spec now has
     book = EpochBook(stale, published.append, limit=5)
     assert [e["epoch"] for e in book.epochs] == [0, 1, 2, 3, 4]
-    assert book.fields()["currentEpoch"] == 4
+    assert book.fields()["currentEpoch"] == 5
     assert not book.add([entry(5, 0.9)]) and published == []
 
 
@@ -120,7 +120,7 @@ def test_a_restart_without_checkpoint_forgets_the_epochs():
                                                     "currentEpoch": None}
     assert not book.add([entry(3, 0.9)], attempt=0)  # the old pod 0's log, still being read
     assert book.add([entry(0, 0.4)], attempt=1)
-    assert published[-1] == {"epochs": [entry(0, 0.4)], "accuracy": 0.4, "bestAccuracy": 0.4, "currentEpoch": 0}
+    assert published[-1] == {"epochs": [entry(0, 0.4)], "accuracy": 0.4, "bestAccuracy": 0.4, "currentEpoch": 1}
 
 
 def test_a_restart_with_checkpoint_keeps_epochs_up_to_the_resume_point():
@@ -158,7 +158,7 @@ def test_a_failed_publish_records_nothing_so_a_reread_publishes_again():
     except ConnectionError:
         pass
     assert book.epochs == []
-    assert book.add([entry(0, 0.5)]) and published[-1]["currentEpoch"] == 0
+    assert book.add([entry(0, 0.5)]) and published[-1]["currentEpoch"] == 1
 
 
 def test_the_book_keeps_the_current_attempt_s_download_progress():

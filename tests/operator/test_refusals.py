@@ -8,8 +8,9 @@ from kubernetes.client.exceptions import ApiException
 
 from pets_operator.kube import KubeError, _created, _unless_missing, failure_of
 from pets_operator.reconcile import reconcile
-from pets_operator.refusals import (QUOTA, REFUSED, TRANSIENT, ApiFailure, CreateFailure, backoff_seconds, classify,
-                                    most_severe)
+from pets_operator.occupants import occupant
+from pets_operator.refusals import (CONFLICT, NOT_SERVED, QUOTA, REFUSED, TRANSIENT, ApiFailure, CreateFailure,
+                                    backoff_seconds, classify, most_severe)
 from pets_operator.status import PodView
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -165,3 +166,60 @@ def test_a_failure_of_an_earlier_attempt_is_ignored(spec):
     old = created_failure(422, "Invalid", "no", attempt=0)
     plan = step(spec, {**step(spec).status, "restarts": 1, "attempt": 1}, [], failure=old)
     assert plan.status["phase"] == "Pending" and plan.create_pods == [0, 1]
+
+
+def conflict(occupant_body, what="Pod pets-1"):
+    found = occupant(occupant_body)
+    return CreateFailure(what, ApiFailure(409, "AlreadyExists", found.describe()), 0, 1, T0, occupant=found)
+
+
+def test_409_and_404_to_a_create_are_their_own_kinds():
+    assert classify(409, 'pods "pets-1" already exists') == CONFLICT
+    assert classify(404, 'the server could not find the requested resource') == NOT_SERVED
+
+
+def test_a_pod_of_that_name_that_is_not_the_job_s_fails_the_job_naming_it(spec):
+    plain = {"kind": "Pod", "metadata": {"name": "pets-1", "uid": "x"}}
+    plan = step(spec, step(spec).status, pods("Running"), failure=conflict(plain))
+    assert plan.status["phase"] == "Failed" and plan.create_pods == []
+    assert conditions(plan)["Failed"]["reason"] == "NameConflict"
+    assert plan.status["message"] == ("cannot create Pod pets-1: Pod pets-1 already exists and is not this job's: it has "
+                                      "no owner; delete it, or recreate this job under another name")
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "NameConflict")]
+    assert plan.delete_pods == ["pets-0"]  # the job's own pods are stopped
+    other = {"kind": "Pod", "metadata": {"name": "pets-1", "ownerReferences": [
+        {"kind": "Job", "name": "batch", "uid": "j", "controller": True}]}}
+    assert "its owner is Job batch (uid j)" in step(spec, step(spec).status, [], failure=conflict(other)).status["message"]
+
+
+def test_a_pod_of_an_earlier_job_of_the_same_name_is_waited_for_and_named(spec):
+    held = {"kind": "Pod", "metadata": {"name": "pets-1", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                                        "finalizers": ["example.com/keep"], "ownerReferences": [
+                                            {"kind": "PetsTrainingJob", "name": "pets", "uid": "old", "controller": True}]}}
+    plan = step(spec, step(spec).status, pods("Running"), now=T0 + timedelta(seconds=0.5), failure=conflict(held))
+    assert plan.status["phase"] == "Pending" and plan.create_pods == [] and plan.wake_at == T0 + timedelta(seconds=1)
+    expected = ("Pod pets-1 already exists and is not this job's: its owner is PetsTrainingJob pets (uid old), being "
+                "deleted, held by finalizer example.com/keep: waiting for it to go with the earlier job of this name")
+    assert expected in plan.status["message"]
+    assert (conditions(plan)["Created"]["status"], conditions(plan)["Created"]["reason"]) == ("False", "NameConflict")
+    assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", "NameConflict", expected)]
+    again = step(spec, plan.status, pods("Running"), now=T0 + timedelta(seconds=1), failure=conflict(held))
+    assert again.create_pods == [1] and again.events == []  # retried; said once
+
+
+def test_a_pod_group_api_that_is_not_installed_is_said_once_and_retried(spec):
+    spec = {**spec, "gangScheduling": {"scheduler": "coscheduling"}}
+    missing = created_failure(404, "NotFound", "the server could not find the requested resource",
+                              what="PodGroup pets")
+    plan = step(spec, step(spec).status, [], now=T0 + timedelta(seconds=0.5), failure=missing)
+    assert plan.status["phase"] == "Pending" and plan.create_pods == []
+    assert ("cannot create PodGroup pets: the cluster does not serve PodGroups of scheduling.x-k8s.io/v1alpha1 "
+            "(404 NotFound: the server could not find the requested resource): spec.gangScheduling.scheduler "
+            "coscheduling needs scheduler-plugins") in plan.status["message"]
+    assert "recreate the job without spec.gangScheduling" in plan.status["message"]
+    assert conditions(plan)["Created"]["reason"] == "PodGroupAPINotInstalled"
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "PodGroupAPINotInstalled")]
+    again = step(spec, plan.status, [], now=T0 + timedelta(seconds=1), failure=missing)
+    assert again.create_pods == [0, 1] and again.events == []
+    volcano = step({**spec, "gangScheduling": {"scheduler": "volcano"}}, step(spec).status, [], failure=missing)
+    assert "PodGroups of scheduling.volcano.sh/v1beta1" in volcano.status["message"]

@@ -12,7 +12,7 @@ import pytest
 from pets_operator import runner as runner_module
 from pets_operator.config import OperatorConfig
 from pets_operator.kube import KubeError
-from pets_operator.refusals import QUOTA, REFUSED, TRANSIENT, ApiFailure
+from pets_operator.refusals import CONFLICT, QUOTA, REFUSED, TRANSIENT, ApiFailure
 from pets_operator.runner import JobRunner
 from pets_operator.status import PodView
 
@@ -213,7 +213,7 @@ async def test_the_daemon_leaves_at_once_when_told_to_stop():
 
 async def test_epochs_beyond_spec_epochs_are_dropped_from_the_status_first():
     stale = [{"epoch": n, "accuracy": 0.1 * n} for n in range(8)]
-    status = {"phase": "Succeeded", "epochs": stale, "currentEpoch": 7, "accuracy": 0.7, "bestAccuracy": 0.7,
+    status = {"phase": "Succeeded", "epochs": stale, "currentEpoch": 8, "accuracy": 0.7, "bestAccuracy": 0.7,
               "restarts": 0}
     kube = FakeKube(status)
     runner, _ = make_runner(kube, status)
@@ -222,7 +222,7 @@ async def test_epochs_beyond_spec_epochs_are_dropped_from_the_status_first():
     await asyncio.sleep(0.1)  # a finished job's daemon stays (idle, for spec changes) until told to stop
     stopped.flag.set()
     await asyncio.wait_for(task, 1)
-    assert kube.patches[0]["currentEpoch"] == 4
+    assert kube.patches[0]["currentEpoch"] == 5
     assert [e["epoch"] for e in kube.status["epochs"]] == [0, 1, 2, 3, 4]
 
 
@@ -236,7 +236,7 @@ async def test_a_restart_clears_or_keeps_the_epochs_in_its_own_patch(checkpoint,
     for name, pod in list(kube.pods.items()):
         kube.pods[name] = dataclasses.replace(pod, phase="Running")
     await one_step(runner)
-    kube.status.update(epochs=epochs, currentEpoch=1, accuracy=0.6, bestAccuracy=0.6)
+    kube.status.update(epochs=epochs, currentEpoch=2, accuracy=0.6, bestAccuracy=0.6)
     runner.book.add(epochs)
     kube.pods["pets-1"] = dataclasses.replace(kube.pods["pets-1"], phase="Failed", exit_code=3)
     await one_step(runner)
@@ -261,6 +261,97 @@ async def test_the_network_policy_comes_before_the_pods_unless_turned_off():
     await one_step(runner)
     assert not [name for name in kube.created if name.startswith("NetworkPolicy/")]
     assert sorted(kube.created) == ["Pod/pets-0", "Pod/pets-1", "Service/pets-workers"]
+
+
+async def test_pod_0_s_tracking_lines_reach_the_status_in_one_patch_and_one_event():
+    from pets_api.metric_lines import tracking_degraded_event, tracking_event
+
+    kube = FakeKube()
+    runner, events = make_runner(kube, spec={"tracking": {"mlflow": {"trackingUri": "http://mlflow:5000"}}})
+    await one_step(runner)
+    for name, pod in list(kube.pods.items()):
+        kube.pods[name] = dataclasses.replace(pod, phase="Running")
+    await one_step(runner)
+    runner.book.note_tracking(tracking_event("mlflow", run_id="r1", experiment_id="1", tracking_uri="http://mlflow:5000"))
+    runner.book.note_tracking(tracking_degraded_event("mlflow", "ConnectionError: refused"))
+    patches = len(kube.patches)
+    await one_step(runner)
+    assert kube.status["tracking"] == {"mlflow": {"runId": "r1", "experimentId": "1", "trackingUri": "http://mlflow:5000"}}
+    [condition] = [c for c in kube.status["conditions"] if c["type"] == "TrackingDegraded"]
+    assert condition["status"] == "True" and condition["message"].startswith("mlflow: ConnectionError: refused")
+    assert [e.reason for e in events if e.type == "Warning"] == ["TrackingDegraded"]
+    await one_step(runner)  # nothing new: no patch, no event
+    assert len(kube.patches) == patches + 1 and len([e for e in events if e.type == "Warning"]) == 1
+    assert kube.status["phase"] == "Running"
+
+
+class ClashingKube(FakeKube):
+    """pets-1 is there already, owned by `owner` (a dict ownerReference, or None for a plain pod)."""
+
+    def __init__(self, owner):
+        super().__init__()
+        self.owner = owner
+
+    def create_pod(self, body):
+        if body["metadata"]["name"] == "pets-1":
+            return False  # 409 AlreadyExists
+        return super().create_pod(body)
+
+    def existing(self, body):
+        meta = {"name": body["metadata"]["name"], "ownerReferences": [self.owner] if self.owner else []}
+        return {"kind": body["kind"], "metadata": meta}
+
+
+async def test_a_pod_already_there_counts_only_when_its_owner_is_this_job():
+    mine = ClashingKube({"kind": "PetsTrainingJob", "name": "pets", "uid": "uid-1", "controller": True})
+    runner, _ = make_runner(mine)
+    await one_step(runner)
+    assert runner.create_failure is None  # an earlier step's pod: adopted, not created again
+    plain = ClashingKube(None)
+    runner, events = make_runner(plain)
+    await one_step(runner)
+    assert runner.create_failure.kind == CONFLICT and runner.create_failure.what == "Pod pets-1"
+    assert runner.create_failure.occupant.describe() == "Pod pets-1 already exists and is not this job's: it has no owner"
+    await one_step(runner)
+    assert plain.status["phase"] == "Failed" and [e.reason for e in events] == ["NameConflict"]
+
+
+async def test_failed_mount_events_of_waiting_pods_reach_the_status():
+    kube = FakeKube()
+    message = 'MountVolume.SetUp failed for volume "data" : hostPath type check failed: /d is not a directory'
+    reads = []
+
+    def failed_mounts(namespace):
+        reads.append(namespace)
+        return {"uid-pets-0-0": message, "uid-of-another-pod": "not this job's"}
+
+    kube.failed_mounts = failed_mounts
+    runner, events = make_runner(kube)
+    await one_step(runner)  # creates the pods (Pending, no container state yet: nothing to read)
+    kube.pods = {name: dataclasses.replace(pod, reason="ContainerCreating") for name, pod in kube.pods.items()}
+    await runner._read_mount_failures()
+    await runner._read_mount_failures()  # within MOUNT_CHECK_SECONDS: not read again
+    assert reads == ["ml"] and runner.mount_failures == {"pets-0": message}
+    await one_step(runner)
+    assert f"pod pets-0 cannot mount its volumes: {message}" in kube.status["message"]
+    assert "FailedMount" in [e.reason for e in events]
+    kube.pods = {name: dataclasses.replace(pod, phase="Running", reason=None) for name, pod in kube.pods.items()}
+    await runner._read_mount_failures()
+    assert runner.mount_failures == {} and reads == ["ml"]
+
+
+def test_each_epoch_is_logged_once_and_none_the_status_had(caplog):
+    kube = FakeKube()
+    known = [{"epoch": 0, "accuracy": 0.5}, {"epoch": 1, "accuracy": 0.6}]
+
+    async def make():
+        return make_runner(kube, {"epochs": known, "restarts": 0})[0]
+
+    runner = asyncio.run(make())
+    with caplog.at_level(logging.INFO):
+        runner._publish_epochs({"epochs": known + [{"epoch": 2, "accuracy": 0.7}, {"epoch": 3, "accuracy": 0.8}]})
+        runner._publish_epochs({"epochs": known + [{"epoch": 2, "accuracy": 0.7}, {"epoch": 3, "accuracy": 0.8}]})
+    assert [r.getMessage() for r in caplog.records] == ["epoch 2: accuracy 0.7000", "epoch 3: accuracy 0.8000"]
 
 
 async def test_pod_0_is_followed_once_it_runs_and_the_job_succeeds_once_its_log_is_read():

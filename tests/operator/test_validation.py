@@ -68,3 +68,40 @@ def test_downloads_hub_weights_cache_and_output_are_valid():
     assert problems(pretrained=True, hub={"offline": True}, cache={"persistentVolumeClaim": {"claimName": "c"}}) == []
     assert problems(data={"oxfordPets": {}, "path": "images"}, cache={"sizeLimit": "2Gi"}, output={}) == []
     assert problems(data={"download": {"url": "https://h/p.tgz", "sha256": "a" * 64}}, output={"hostPath": "/o"}) == []
+
+
+def test_tracking_that_can_work_is_valid():
+    mlflow = {"trackingUri": "https://mlflow.example", "tokenSecret": {"name": "m", "key": "t"}}
+    assert problems(output={}, tracking={"tensorboard": {}, "mlflow": mlflow}) == []
+    assert problems(tracking={"tensorboard": {"hostPath": "/srv/tb", "logDir": "/tb"}}) == []
+    assert problems(output={"path": "/out"}, tracking={"tensorboard": {"logDir": "/out/runs"},
+                                                       "mlflow": {"trackingUri": "file:///out/mlruns"}}) == []
+    assert problems(tracking={"tensorboard": {"enabled": False}, "mlflow": mlflow}) == []
+
+
+@pytest.mark.parametrize("tracking, words", [
+    ({}, "tracking needs tensorboard, mlflow or both"),
+    ({"tensorboard": {}}, "tracking.tensorboard needs a place for its event files: set spec.output"),
+    ({"tensorboard": {"hostPath": "/srv/tb"}}, "tracking.tensorboard.logDir is required with a volume of its own"),
+    ({"tensorboard": {"hostPath": "/srv/tb", "persistentVolumeClaim": {"claimName": "c"}, "logDir": "/tb"}},
+     "at most one of persistentVolumeClaim, hostPath"),
+    ({"tensorboard": {"hostPath": "/srv/tb", "logDir": "/data/tb"}}, "must not be '/', inside the data mount"),
+    ({"tensorboard": {"hostPath": "/srv/tb", "logDir": "/tmp"}}, "must not be /tmp or /home/trainer"),
+    ({"mlflow": {"trackingUri": "mlflow.example:5000"}}, "must be an http://, https:// or file:// URI"),
+    ({"mlflow": {"trackingUri": "https://me:pw@mlflow.example"}}, "must not carry credentials"),
+    ({"mlflow": {"trackingUri": "file:///var/mlruns"}}, "a file:// store must lie inside spec.output.path"),
+    ({"mlflow": {"trackingUri": "http://m", "usernameSecret": {"name": "m", "key": "u"}}},
+     "usernameSecret and passwordSecret go together"),
+    ({"mlflow": {"trackingUri": "http://m", "tokenSecret": {"name": "m", "key": "t"},
+                 "usernameSecret": {"name": "m", "key": "u"}, "passwordSecret": {"name": "m", "key": "p"}}},
+     "not both"),
+])
+def test_tracking_problems_are_explained(tracking, words):
+    found = problems(tracking=tracking)
+    assert any(words in problem for problem in found), found
+
+
+def test_tensorboard_under_the_output_stays_inside_it():
+    found = problems(output={"path": "/out"}, tracking={"tensorboard": {"logDir": "/elsewhere"}})
+    assert found == ["tracking.tensorboard.logDir '/elsewhere' must lie inside spec.output.path '/out', or tensorboard "
+                     "needs a volume of its own (persistentVolumeClaim or hostPath)"]

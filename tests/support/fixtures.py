@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-import k8s_tools as tools_module  # hack/k8s_tools.py (hack/ is on sys.path: tests/conftest.py)
+from hack import k8s_tools as tools_module
 
 
 @pytest.fixture(scope="session")

@@ -44,7 +44,7 @@ class WatchStream:
         self.kwargs: dict[str, Any] = {}
         self.closed = False
 
-    def __call__(self, *args: Any, **kwargs: Any) -> "WatchStream":
+    def __call__(self, *args: Any, **kwargs: Any) -> WatchStream:
         self.kwargs = kwargs
         return self
 

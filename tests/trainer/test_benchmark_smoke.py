@@ -56,6 +56,7 @@ def test_tiny_benchmark_reports_baseline_trainer_and_ablation(tmp_path):
     assert all(value > 0 for value in micro.values())
 
 
+@pytest.mark.slow  # a Python that imports torch and timm
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU, mixed precision is measured, not refused")
 def test_mixed_precision_without_a_gpu_is_refused_with_the_reason():
     done = subprocess.run([sys.executable, str(BENCHMARK), "--tiny", "--mixed-precision", "bf16"],

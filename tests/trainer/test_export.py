@@ -56,6 +56,57 @@ def test_save_and_load_round_trip_the_weights(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically: no temporary files left
 
 
+def test_the_files_are_readable_by_other_uids_whatever_the_umask(tmp_path):
+    import os
+    import stat
+
+    existing = tmp_path / "volume"
+    existing.mkdir(mode=0o700)
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=2)
+    previous = os.umask(0o077)
+    try:
+        output = save_model(existing / "runs" / "best", model, "resnet10t", 32, ["a", "b"])
+        save_model(output, model, "resnet10t", 32, ["a", "b"])  # the next best epoch replaces them
+    finally:
+        os.umask(previous)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in output.iterdir()}
+    assert modes == {"config.json": 0o644, "labels.json": 0o644, "model.safetensors": 0o644}
+    assert stat.S_IMODE(output.stat().st_mode) == stat.S_IMODE(output.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o700, "a directory it did not create is left alone"
+
+
 def test_a_directory_without_a_model_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="holds no saved model"):
         load_model(tmp_path)
+
+
+def run_predict(*args):
+    return subprocess.run([sys.executable, "-m", "pets_trainer.launch", "predict", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow  # two Pythons that import torch and timm
+def test_predict_reports_each_unreadable_image_and_goes_on(tmp_path):
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=2)
+    output = save_model(tmp_path / "model", model, "resnet10t", 32, ["beagle", "pug"])
+    first, second = generate_synthetic_pets(tmp_path / "images", classes=2, images_per_class=1, image_size=32, seed=3)
+    corrupt = tmp_path / "corrupt.jpg"
+    corrupt.write_bytes(b"\xff\xd8 not a jpeg")
+    missing = tmp_path / "missing.jpg"
+
+    result = run_predict(output, first, corrupt, missing, second)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["image"] for line in lines] == [str(first), str(corrupt), str(missing), str(second)], "in order"
+    assert [("predictions" in line, "error" in line) for line in lines] == [(True, False), (False, True),
+                                                                            (False, True), (True, False)]
+    assert lines[1]["error"].startswith(f"cannot read image {corrupt}: cannot identify image file"), lines[1]
+    assert lines[2]["error"].startswith(f"cannot read image {missing}: [Errno 2] No such file"), lines[2]
+    assert result.stderr.splitlines() == [f"error: {lines[1]['error']}", f"error: {lines[2]['error']}"]
+
+    nothing = run_predict(output, corrupt, missing)
+    assert nothing.returncode == 2, "no image could be read"
+    assert len(nothing.stdout.splitlines()) == 2 and len(nothing.stderr.splitlines()) == 2
+
+    with pytest.raises(ConfigError, match=f"cannot read image {corrupt}"):  # the library call: a clear error
+        pets_trainer.predict(output, [first, corrupt])

@@ -115,6 +115,52 @@ def test_unsafe_members_are_refused(host, tmp_path, kind):
     assert not (tmp_path / "out" / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
 
 
+def tar_with_link(kind: str) -> bytes:
+    """A pets-style tar.gz whose `images/pug_2.jpg` is a link to `images/pug_1.jpg`, inside the tree."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        image = tarfile.TarInfo("images/pug_1.jpg")
+        image.size = 1
+        tar.addfile(image, io.BytesIO(b"x"))
+        link = tarfile.TarInfo("images/pug_2.jpg")
+        link.type = tarfile.SYMTYPE if kind == "symbolic" else tarfile.LNKTYPE
+        link.linkname = "pug_1.jpg" if kind == "symbolic" else "images/pug_1.jpg"
+        tar.addfile(link)
+    return buffer.getvalue()
+
+
+def zip_with_symlink() -> bytes:
+    import io
+    import stat
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        bundle.writestr("images/pug_1.jpg", b"x")
+        link = zipfile.ZipInfo("images/pug_2.jpg")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        bundle.writestr(link, "pug_1.jpg")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind, data, what", [
+    ("tar-symlink", lambda: tar_with_link("symbolic"), "a symbolic link to 'pug_1.jpg'"),
+    ("tar-hardlink", lambda: tar_with_link("hard"), "a hard link to 'images/pug_1.jpg'"),
+    ("zip-symlink", zip_with_symlink, "a symbolic link"),
+])
+def test_links_inside_the_tree_are_refused_in_tar_and_zip_alike(host, tmp_path, kind, data, what):
+    data = data()
+    host.files["/linked"] = data
+    with pytest.raises(DataUnavailable) as refused:
+        ensure_archive(f"{host.url}/linked", sha256(data), tmp_path / "out" / "pets", retry=FAST)
+    assert str(refused.value) == (f"DataUnavailable: {host.url}/linked: refused unsafe member 'images/pug_2.jpg': {what}; "
+                                  "links are not unpacked from archives")
+    assert not (tmp_path / "out" / "pets").exists()
+
+
 FETCH_SCRIPT = """
 import sys
 from pathlib import Path

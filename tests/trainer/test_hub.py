@@ -14,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
 from http_hosts import FileHost  # noqa: E402
 
+pytestmark = pytest.mark.slow  # each test starts a Python that imports torch and timm
+
 MODEL = "resnet10t"
 REPOSITORY = "timm/resnet10t.c3_in1k"  # what timm's pretrained config names for resnet10t
 FETCH = """
@@ -22,7 +24,8 @@ from pets_trainer.hub import fetch_weights
 from pets_trainer.errors import TrainerError
 seen = []
 try:
-    path = fetch_weights(sys.argv[1], progress=lambda done, total: seen.append([done, total]))
+    report = None if "--no-progress" in sys.argv else lambda done, total: seen.append([done, total])
+    path = fetch_weights(sys.argv[1], progress=report)
 except TrainerError as error:
     print(json.dumps({"error": str(error)}))
 else:
@@ -48,11 +51,11 @@ def hub():
     server.close()
 
 
-def fetch(hub, tmp_path, model=MODEL, **env):
+def fetch(hub, tmp_path, model=MODEL, *args, **env):
     environ = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1",
                "HF_HUB_ETAG_TIMEOUT": "5", "HF_HUB_DOWNLOAD_TIMEOUT": "5", **env}
     environ.pop("HF_HUB_OFFLINE", None) if "HF_HUB_OFFLINE" not in env else None
-    result = subprocess.run([sys.executable, "-c", FETCH, model], env=environ, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", FETCH, model, *args], env=environ, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -102,7 +105,44 @@ def test_a_missing_repository_names_it(hub, tmp_path):
 
 def test_offline_with_an_empty_cache_says_so(hub, tmp_path):
     result = fetch(hub, tmp_path, HF_HUB_OFFLINE="1")
-    assert "not in the cache" in result["error"]
+    assert "not in the cache" in result["error"] and "HF_HUB_OFFLINE is set" in result["error"], result
+    assert "request failed" not in result["error"]
+
+
+def test_a_failed_request_is_named_and_offline_mode_only_when_set():
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from pets_trainer.hub import not_fetched_reason
+
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except OSError as connection_error:
+            raise LocalEntryNotFoundError("An error happened while trying to locate the file") from connection_error
+    except LocalEntryNotFoundError as error:
+        assert not_fetched_reason(error, offline=False) == (
+            "the Hub request failed: ConnectionRefusedError: [Errno 111] Connection refused")
+        assert not_fetched_reason(error, offline=True) == "HF_HUB_OFFLINE is set, so nothing is downloaded"
+
+
+@pytest.mark.slow
+def test_an_unreachable_endpoint_gives_the_connection_error(tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+
+    class Closed:
+        url = f"http://127.0.0.1:{closed}"
+
+    # huggingface_hub retries each request for about 20 s: no progress, so no requests for the sizes
+    result = fetch(Closed(), tmp_path, MODEL, "--no-progress")
+    error = result["error"]
+    assert error.startswith(f"ModelUnavailable: {Closed.url}/{REPOSITORY}: model.safetensors / pytorch_model.bin "
+                            "not in the cache"), error
+    assert "the Hub request failed: ConnectError:" in error and "Connection refused" in error, error
+    assert "HF_HUB_OFFLINE" not in error, "it was not set"
 
 
 def test_unknown_model(hub, tmp_path):

@@ -16,6 +16,7 @@ from pets_trainer.launch import (
     TRAIN_OPTIONS,
     accelerate_command,
     build_parser,
+    child_environment,
     make_plan,
     make_train_config,
     resolve_options,
@@ -48,7 +49,7 @@ def option_value(command, flag):
 def test_pod_environment_becomes_a_multi_node_launch():
     plan, config = plan_and_config(POD_ENV)
     command = accelerate_command(plan, config, python="python")
-    assert command[:3] == ["python", "-m", "accelerate.commands.launch"]
+    assert command[:3] == ["python", "-m", "pets_trainer.accelerate_launch"]
     assert "--multi_gpu" in command
     assert option_value(command, "--num_machines") == "3"
     assert option_value(command, "--machine_rank") == "2"
@@ -148,7 +149,7 @@ def test_dry_run_prints_the_command(trainer_env, tmp_path):
     result = run_pets_train(trainer_env, {"DATA_DIR": str(tmp_path)}, "--dry-run")
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
-    assert printed["command"][1:3] == ["-m", "accelerate.commands.launch"]
+    assert printed["command"][1:3] == ["-m", "pets_trainer.accelerate_launch"]
     assert TrainConfig.from_json(printed["command"][-1]).data_dir == str(tmp_path)
 
 
@@ -188,3 +189,9 @@ def test_cli_generates_synthetic_data_and_rejects_one_class(trainer_env, tmp_pat
     for path in tmp_path.glob("american_bulldog_*.jpg"):
         path.unlink()
     assert_one_line_error(run_pets_train(trainer_env, {"DATA_DIR": str(tmp_path)}), "found only one class")
+
+
+def test_force_cpu_reaches_a_shipped_function_s_plain_accelerator():
+    _, config = plan_and_config({"DATA_DIR": "/d", "FORCE_CPU": "true", "NPROC_PER_NODE": "2"})
+    assert child_environment({}, cpu=config.cpu)["ACCELERATE_USE_CPU"] == "true"
+    assert "ACCELERATE_USE_CPU" not in child_environment({}, cpu=False), "no GPU: decided by the function runtime"

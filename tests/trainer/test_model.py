@@ -85,6 +85,7 @@ def one_adam_step(wrapper: FrozenEncoderClassifier, images, labels):
     return loss.item(), gradient, copy.deepcopy(wrapper.state_dict())
 
 
+@pytest.mark.slow  # a real training step of resnet10t, twice: the heaviest test outside the slow tier otherwise
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_no_grad_encoder_gives_the_same_loss_gradient_and_update(channels_last):
     torch.manual_seed(0)

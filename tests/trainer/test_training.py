@@ -153,7 +153,7 @@ def test_a_checkpoint_belongs_to_its_job_unless_another_takes_it_over(pets_dir, 
     with pytest.raises(ConfigError) as refused:
         training_loop(data_dir=str(pets_dir), epochs=3, checkpoint_dir=str(checkpoints), **second, **TINY)
     assert str(refused.value).startswith(
-        f"the checkpoint in {checkpoints} belongs to job ml/first (uid uid-a), "
+        f"CheckpointConflict: the checkpoint in {checkpoints} belongs to job ml/first (uid uid-a), "
         "not to this job ml/second (uid uid-b): set spec.checkpoint.resumeFrom: AnyJob")
     assert "\n" not in str(refused.value)
     # Taken over on purpose, from an interrupted state of the first job (its last epoch not saved):

@@ -7,7 +7,8 @@ written last and atomically by the main process, `finished.json` with the metric
 
 A checkpoint belongs to one job: another job (another metadata.uid, so also a deleted job's
 successor of the same name) refuses to resume from it unless told to take it over (resume_from
-"AnyJob", spec.checkpoint.resumeFrom), and even then only with the same fingerprint.
+"AnyJob", spec.checkpoint.resumeFrom), and even then only with the same fingerprint. A refused checkpoint
+is a `CheckpointConflict` (`error: CheckpointConflict: ...`): the job fails at once, a restart cannot help.
 """
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ from .metrics import EpochResult
 FINISHED_MARKER = "finished.json"
 KEEP_LAST = 2
 SAME_JOB, ANY_JOB = "SameJob", "AnyJob"  # resume_from: the CRD's enum of spec.checkpoint.resumeFrom
+
+
+class CheckpointConflict(ConfigError):
+    """The checkpoint directory holds another job's or another run's state: the message says whose and what to do."""
+
+    reason = "CheckpointConflict"  # the job's failure reason (pets_api.phases.FAILURE_REASONS)
+
+    def __init__(self, message: str):
+        super().__init__(f"{self.reason}: {message}")
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,7 @@ def restore_checkpoint(accelerator, checkpoint_dir: Path, fingerprint: dict, own
 
     All processes agree on the epoch (the minimum over ranks), so nodes without the shared
     checkpoint volume make the whole group start fresh instead of diverging. Another job's
-    checkpoint is refused (ConfigError) unless `resume_from` is "AnyJob"; one of another run
+    checkpoint is refused (CheckpointConflict) unless `resume_from` is "AnyJob"; one of another run
     (a different fingerprint) always is.
     """
     local = finished_epochs(checkpoint_dir)
@@ -125,14 +135,14 @@ def restore_checkpoint(accelerator, checkpoint_dir: Path, fingerprint: dict, own
     saved_owner = Owner.from_record(saved.get("owner"))
     problem = ownership_problem(checkpoint_dir, saved_owner, owner, resume_from)
     if problem:
-        raise ConfigError(problem)
+        raise CheckpointConflict(problem)
     if saved.get("fingerprint") != fingerprint:
         differences = ", ".join(
             f"{key}={saved.get('fingerprint', {}).get(key)!r} there, {value!r} now"
             for key, value in fingerprint.items()
             if saved.get("fingerprint", {}).get(key) != value
         )
-        raise ConfigError(
+        raise CheckpointConflict(
             f"the checkpoint in {checkpoint_dir} is from a different run ({differences}):"
             " use an empty checkpoint directory for a new run"
         )

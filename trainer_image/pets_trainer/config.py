@@ -39,6 +39,9 @@ class TrainConfig:
     train_fraction: float = 0.8
     checkpoint_dir: str | None = None
     output_dir: str | None = None  # the trained model goes here (pets_trainer.export)
+    # Experiment tracking (pets_trainer.tracking; MLflow is configured by its own MLFLOW_* variables).
+    tensorboard_dir: str | None = None  # TensorBoard event files go below it; None: no TensorBoard
+    log_every_steps: int = _CRD["log_every_steps"]  # the batch loss and learning rate reach the trackers this often
     # The job the run belongs to (JOB_UID, JOB_NAME, JOB_NAMESPACE; all None when run by hand): its
     # checkpoints record it, and a run of another job resumes from them only with resume_from "AnyJob".
     job_uid: str | None = None
@@ -89,7 +92,7 @@ class TrainConfig:
 
 
 def _problems(config: TrainConfig):
-    positive_ints = ("batch_size", "epochs", "image_size", "prefetch_factor")
+    positive_ints = ("batch_size", "epochs", "image_size", "prefetch_factor", "log_every_steps")
     for name in positive_ints:
         value = getattr(config, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

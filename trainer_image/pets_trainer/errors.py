@@ -12,6 +12,7 @@ from typing import Mapping
 
 TERMINATION_MESSAGE_ENV = "TERMINATION_MESSAGE_PATH"  # the pod contract's name (pets_api.contract)
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message
+TORCH_ELASTIC_ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"  # set by torchrun for each training process
 
 
 class TrainerError(Exception):
@@ -43,6 +44,29 @@ def write_termination_message(message: str, path: str | None = None,
     except OSError:
         return False
     return True
+
+
+def termination_message_written(path: str | None = None, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the termination message file already says something (a training process wrote its error)."""
+    target = path or environ.get(TERMINATION_MESSAGE_ENV, "")
+    try:
+        with open(target, encoding="utf-8", errors="replace") as stream:
+            return bool(stream.read(TERMINATION_MESSAGE_LIMIT).strip())
+    except OSError:
+        return False
+
+
+def record_for_torch_elastic(error: BaseException, environ: Mapping[str, str] = os.environ) -> None:
+    """In an `except` block of a process torchrun started: the exception into torch elastic's error file, so
+    its failure summary (and pets-train's cause of a failed run) names the exception, not only an exit code."""
+    if not environ.get(TORCH_ELASTIC_ERROR_FILE_ENV):
+        return
+    try:
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        get_error_handler().record_exception(error)
+    except Exception:  # noqa: BLE001 - best effort: the error line and the termination message are written anyway
+        pass
 
 
 def report_error(error: BaseException, path: str | None = None) -> int:

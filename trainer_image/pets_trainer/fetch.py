@@ -5,9 +5,10 @@
   dropped connection, and retried with backoff on connection errors and 5xx answers; a 4xx
   (404: no such file) fails at once, naming the URL;
 - the checksum (sha256 or md5) is verified before anything is unpacked;
-- tar (plain, gz, bz2, xz) members pass tarfile's `data` filter (no absolute paths, no `..`, no
-  links out of the target, no devices); zip members are checked the same way by hand (zipfile
-  has no filter); the archive is unpacked into a temporary directory that is renamed into place;
+- one rule for tar (plain, gz, bz2, xz) and zip: no absolute paths, no `..`, and no links at all
+  (symbolic or hard: an image set has none, and a link inside the tree could still be pointed
+  elsewhere later); tar members also pass tarfile's `data` filter (no devices); the archive is
+  unpacked into a temporary directory that is renamed into place;
 - a marker (`.pets-archive.json`) records which URL and checksum were unpacked, so a second call
   (another pod on a shared volume, a restarted pod) does nothing; an exclusive lock on the
   volume makes pods that share one download it once.
@@ -145,8 +146,28 @@ def _is_safe_member(name: str) -> bool:
     return not path.is_absolute() and ".." not in path.parts and not name.startswith("\\")
 
 
+def _refuse_unsafe(label: str, name: str, link: str | None = None) -> None:
+    """DataUnavailable naming the member, when its path is unsafe or it is a link (`link` says which kind)."""
+    if not _is_safe_member(name):
+        raise DataUnavailable(f"{label}: refused unsafe member {name!r}")
+    if link:
+        raise DataUnavailable(f"{label}: refused unsafe member {name!r}: {link}; links are not unpacked from archives")
+
+
+def _tar_link(member: tarfile.TarInfo) -> str | None:
+    if member.issym():
+        return f"a symbolic link to {member.linkname!r}"
+    if member.islnk():
+        return f"a hard link to {member.linkname!r}"
+    return None
+
+
+def _zip_link(member: zipfile.ZipInfo) -> str | None:
+    return "a symbolic link" if (member.external_attr >> 16) & 0o170000 == 0o120000 else None
+
+
 def unpack(archive: Path, target: Path, label: str | None = None) -> None:
-    """Unpack a tar or zip archive into `target` (a new directory), refusing unsafe members.
+    """Unpack a tar or zip archive into `target` (a new directory), refusing unsafe members and links.
 
     `label` names the archive in errors (its URL); default: the file name."""
     label = label or archive.name
@@ -154,8 +175,7 @@ def unpack(archive: Path, target: Path, label: str | None = None) -> None:
     if tarfile.is_tarfile(archive):
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():  # the data filter would strip a leading "/": refuse it instead
-                if not _is_safe_member(member.name):
-                    raise DataUnavailable(f"{label}: refused unsafe member {member.name!r}")
+                _refuse_unsafe(label, member.name, _tar_link(member))
             try:
                 tar.extractall(target, filter="data")
             except tarfile.FilterError as error:
@@ -163,9 +183,7 @@ def unpack(archive: Path, target: Path, label: str | None = None) -> None:
     elif zipfile.is_zipfile(archive):
         with zipfile.ZipFile(archive) as bundle:
             for member in bundle.infolist():
-                is_link = (member.external_attr >> 16) & 0o170000 == 0o120000
-                if not _is_safe_member(member.filename) or is_link:
-                    raise DataUnavailable(f"{label}: refused unsafe member {member.filename!r}")
+                _refuse_unsafe(label, member.filename, _zip_link(member))
             bundle.extractall(target)
     else:
         raise DataUnavailable(f"{label}: not a tar or zip archive")

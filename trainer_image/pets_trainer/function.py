@@ -12,14 +12,22 @@ calls `function(*args)`, as `accelerate.notebook_launcher` does on one machine; 
   checks the same before it launches, so the pod stops before any training process starts).
 - A function that raises prints its traceback, then one line `error: <Type>: <message>` (also the
   container's termination message, as `pets-train` writes its errors), and exits with status 1.
+- On a node without a GPU, ACCELERATE_USE_CPU=true is set (unless the environment sets it) before the
+  function runs, so its plain `Accelerator()` joins the job's processes into one CPU (gloo) group, as
+  `Accelerator(cpu=True)` would (`pets_trainer.world`).
+- If the function's Accelerate state sees another world than the job's (WORLD_SIZE, RANK from the
+  launcher), the run stops as soon as it has one: `error: WorldMismatch: ...`, exit status 2.
+- With spec.tracking, an `Accelerator()` the function makes without `log_with` logs to the job's
+  trackers (`pets_trainer.tracking.install_job_defaults`).
 - Afterwards the process group is destroyed (the tutorial's loop does not call
   `accelerator.end_training()`; a gloo process that exits with its group alive aborts).
 
-This module imports no torch itself: the function's own imports bring it in.
+This module imports torch only to ask whether there is an accelerator device.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import sys
 import traceback
@@ -28,7 +36,9 @@ from typing import Any, Callable
 
 from pets_api import function_payload
 
-from .errors import ConfigError, TrainerError, report_error, write_termination_message
+from .errors import ConfigError, TrainerError, record_for_torch_elastic, report_error, write_termination_message
+from .world import (World, WorldMismatch, WorldWatch, device_accelerator_available, job_world,
+                    use_cpu_without_accelerator)
 
 
 class IncompatibleFunction(TrainerError):
@@ -88,18 +98,34 @@ def end_process_group() -> None:
         print(f"warning: could not destroy the process group: {one_line(error)}", file=sys.stderr, flush=True)
 
 
-def run(function: Callable[..., Any], args: tuple) -> int:
-    """Call `function(*args)`; 0, or 1 with the traceback and one `error:` line when it raises."""
+def stop_on_mismatch(error: WorldMismatch) -> None:
+    """From the watching thread: the function is still running and cannot be unwound, so the process ends here."""
+    sys.stdout.flush()
+    report_error(error)
+    os._exit(2)
+
+
+def run(function: Callable[..., Any], args: tuple, world: World | None = None) -> int:
+    """Call `function(*args)`; 0, or 1 with the traceback and one `error:` line when it raises, or 2 when
+    Accelerate's world is not the job's (`world`): that is the cause even when the function then raised."""
+    watch = WorldWatch(world, stop_on_mismatch).start() if world is not None else None
+    raised = None
     try:
         function(*args)
     except Exception as error:  # noqa: BLE001 - the user's function: report it, as notebook_launcher would
         traceback.print_exc()
-        cause = f"{type(error).__name__}: {one_line(error)}"
+        record_for_torch_elastic(error)  # torch elastic's failure summary names it too
+        raised = error
+    finally:
+        different = watch.finish() if watch is not None else None
+        end_process_group()
+    if different is not None:
+        return report_error(different)
+    if raised is not None:
+        cause = f"{type(raised).__name__}: {one_line(raised)}"
         print(f"error: {cause}", file=sys.stderr, flush=True)
         write_termination_message(cause)  # the pod's terminated.message, and so the job's status.message
         return 1
-    finally:
-        end_process_group()
     return 0
 
 
@@ -109,10 +135,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--payload", required=True, help="the payload file (the job's ConfigMap, mounted)")
     args = parser.parse_args(argv)
     try:
+        world = job_world(os.environ)
+        use_cpu_without_accelerator(os.environ, device_accelerator_available)
         function, function_args, _ = load_function(args.payload)
     except TrainerError as error:
         return report_error(error)
-    return run(function, function_args)
+    use_job_trackers()
+    return run(function, function_args, world)
+
+
+def use_job_trackers() -> None:
+    """With spec.tracking, the function's `Accelerator()` logs to the job's trackers (`pets_trainer.tracking`)."""
+    if os.environ.get("MLFLOW_TRACKING_URI") or os.environ.get("TENSORBOARD_LOG_DIR"):
+        from .tracking import TrackingSettings, install_job_defaults  # imports accelerate: only for a job that tracks
+
+        install_job_defaults(TrackingSettings.from_env(os.environ))
 
 
 if __name__ == "__main__":

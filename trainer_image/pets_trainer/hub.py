@@ -43,6 +43,16 @@ def hub_repository(model: str) -> str:
     return repository
 
 
+def not_fetched_reason(error: BaseException, offline: bool) -> str:
+    """Why a file that is not in the cache was not fetched: offline mode, else the failed Hub request's
+    error (huggingface_hub chains it, e.g. the connection error after its retries, to LocalEntryNotFoundError)."""
+    if offline:
+        return "HF_HUB_OFFLINE is set, so nothing is downloaded"
+    cause = error.__cause__ or error
+    text = " ".join(str(cause).split()) or "(no message)"
+    return f"the Hub request failed: {type(cause).__name__}: {text}"
+
+
 def _watch_progress(cache_dir: Path, total: int | None, report: Callable[[int, int | None], None],
                     stop: threading.Event) -> None:
     """hf_hub_download has no byte callback: report the size of its `.incomplete` blob instead."""
@@ -66,7 +76,7 @@ def fetch_weights(model: str, cache_dir: str | None = None,
 
     repository = hub_repository(model)
     where = f"{constants.ENDPOINT}/{repository}"
-    missing, not_cached = [], []
+    missing, not_cached, reasons = [], [], []
     for filename in WEIGHT_FILES:
         total = None
         if progress and not constants.HF_HUB_OFFLINE:
@@ -85,8 +95,11 @@ def fetch_weights(model: str, cache_dir: str | None = None,
             watcher.start()
         try:
             path = Path(hf_hub_download(repository, filename, cache_dir=cache_dir))
-        except LocalEntryNotFoundError:  # (a subclass of EntryNotFoundError: caught first)
+        except LocalEntryNotFoundError as error:  # (a subclass of EntryNotFoundError: caught first)
             not_cached.append(filename)
+            reason = not_fetched_reason(error, constants.HF_HUB_OFFLINE)
+            if reason not in reasons:
+                reasons.append(reason)
             continue
         except EntryNotFoundError:
             missing.append(filename)
@@ -109,6 +122,6 @@ def fetch_weights(model: str, cache_dir: str | None = None,
         return path
     if not_cached:
         raise ModelUnavailable(
-            f"{where}: {' / '.join(not_cached)} not in the cache ({cache_dir or constants.HF_HUB_CACHE}) and the "
-            "Hub cannot be reached (HF_HUB_OFFLINE is set, or the endpoint stayed unreachable)")
+            f"{where}: {' / '.join(not_cached)} not in the cache ({cache_dir or constants.HF_HUB_CACHE}) and "
+            + "; ".join(reasons))
     raise ModelUnavailable(f"{where}: has none of {', '.join(missing)}")

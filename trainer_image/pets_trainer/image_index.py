@@ -50,13 +50,17 @@ class ImageIndex:
         return lines
 
 
+# What opening and decoding a file that is not a (whole) image raises.
+UNREADABLE_IMAGE_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError)
+
+
 def is_readable_image(path: Path) -> bool:
     try:
         with Image.open(path) as image:
             image.draft("RGB", VERIFY_DRAFT_SIZE)
             image.load()
         return True
-    except (OSError, UnidentifiedImageError, ValueError, SyntaxError, Image.DecompressionBombError):
+    except UNREADABLE_IMAGE_ERRORS:
         return False
 
 

@@ -26,7 +26,9 @@ from .errors import TERMINATION_MESSAGE_ENV, ConfigError, TrainerError, report_e
 from .image_index import scan_images
 from .prepare import Downloads, prepare_downloads
 from .synthetic import generate_synthetic_pets
+from .world import USE_CPU_ENV
 
+ACCELERATE_LAUNCH_MODULE = "pets_trainer.accelerate_launch"
 WORKER_MODULE = "pets_trainer.worker"
 FUNCTION_MODULE = "pets_trainer.function"  # with FUNCTION_FILE: a shipped function instead of the recipe
 # Defaults of the options a PetsTrainingJob's spec sets: the CRD's (one source for both).
@@ -174,8 +176,8 @@ def make_train_config(values: dict) -> TrainConfig:
 
 def accelerate_command(plan: LaunchPlan, config: TrainConfig, python: str = sys.executable) -> list[str]:
     command = [
-        python, "-m", "accelerate.commands.launch",
-        "--quiet",  # the worker prints its own one-line errors; no launcher traceback on top
+        # Accelerate's launch, in a module that names the cause when a training process fails.
+        python, "-m", ACCELERATE_LAUNCH_MODULE,
         "--num_machines", str(plan.num_machines),
         "--num_processes", str(plan.num_processes),
         "--mixed_precision", config.mixed_precision,
@@ -183,7 +185,8 @@ def accelerate_command(plan: LaunchPlan, config: TrainConfig, python: str = sys.
         "--num_cpu_threads_per_process", str(plan.cpu_threads_per_process),
     ]
     if plan.num_processes > 1:
-        # On a machine without GPUs Accelerate turns this into MULTI_CPU (gloo).
+        # torchrun; on a machine without GPUs the processes form a CPU (gloo) group when Accelerate is told
+        # it runs on the CPU: the recipe passes cpu=True, a shipped function gets ACCELERATE_USE_CPU.
         command += [
             "--multi_gpu",
             "--machine_rank", str(plan.machine_rank),
@@ -231,10 +234,13 @@ def check_function(path: str) -> None:
         print(f"warning: {note}", file=sys.stderr, flush=True)
 
 
-def child_environment(environ: Mapping[str, str], termination_message_path: str | None = None) -> dict[str, str]:
+def child_environment(environ: Mapping[str, str], termination_message_path: str | None = None,
+                      cpu: bool = False) -> dict[str, str]:
     env = dict(environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env["HF_HUB_OFFLINE"] = "1"  # the workers never download: pets-train fetched what they load
+    if cpu:  # FORCE_CPU: a shipped function's plain Accelerator() too (the recipe passes cpu=True itself)
+        env[USE_CPU_ENV] = "true"
     if termination_message_path:  # the workers write their errors there too
         env[TERMINATION_MESSAGE_ENV] = termination_message_path
     return env
@@ -267,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     # exec, not a child: signals sent to the pod's main process reach the accelerate launcher directly.
-    os.execve(command[0], command, child_environment(os.environ, termination_message_path))
+    os.execve(command[0], command, child_environment(os.environ, termination_message_path, cpu=config.cpu))
     return 1  # not reached
 
 

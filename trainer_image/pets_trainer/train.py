@@ -6,6 +6,7 @@ the launched processes.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -22,16 +23,18 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list, set_seed
 from torch.optim.lr_scheduler import OneCycleLR
 
+from . import tracking
 from .allocator import keep_freed_memory
 from .checkpoint import SAME_JOB, Owner, restore_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .data import build_dataloaders, build_datasets, eval_shard
 from .errors import ConfigError
-from .export import save_model
+from .export import CONFIG_FILE, LABELS_FILE, MODEL_FILE, save_model
 from .image_cache import ImageCache
 from .image_index import scan_images
 from .metrics import EpochResult, done_event, emit
 from .model import FrozenEncoderClassifier, create_model, freeze_encoder, normalization
+from .world import device_accelerator_available
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,6 @@ class TrainResult:
     @property
     def best_accuracy(self) -> float:
         return max(result.accuracy for result in self.history)
-
-
-def device_accelerator_available() -> bool:
-    if hasattr(torch, "accelerator"):
-        return torch.accelerator.is_available()
-    return torch.cuda.is_available()
 
 
 def supported_mixed_precision(requested: str, cpu: bool = False) -> str:
@@ -105,12 +102,19 @@ def training_loop(config: TrainConfig | None = None, **overrides) -> TrainResult
     # Accelerate sets up a multi-process CPU group (gloo) only when told it runs on the CPU.
     use_cpu = config.cpu or not device_accelerator_available()
     mixed_precision = supported_mixed_precision(config.mixed_precision, use_cpu)
-    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=use_cpu)
+    # The job's trackers (spec.tracking: MLflow from its MLFLOW_* variables, TensorBoard into tensorboard_dir).
+    settings = tracking.TrackingSettings.from_env(os.environ).replace(tensorboard_dir=config.tensorboard_dir)
+    accelerator = Accelerator(mixed_precision=mixed_precision, cpu=use_cpu,
+                              log_with=tracking.job_trackers(settings) or None)
     if mixed_precision != config.mixed_precision:
         accelerator.print(f"mixed precision {config.mixed_precision!r} is not available on {accelerator.device}; using 'no'", file=sys.stderr)
 
     with image_cache_for_run(accelerator, config) as cache:
-        return _train(accelerator, config, cache)
+        try:
+            return _train(accelerator, config, cache, settings)
+        except BaseException:
+            tracking.end_failed(accelerator)  # the MLflow run ends FAILED rather than RUNNING for ever
+            raise
 
 
 @contextmanager
@@ -196,12 +200,15 @@ def build_training_parts(accelerator: Accelerator, config: TrainConfig, cache: I
     )
 
 
-def train_one_epoch(accelerator: Accelerator, parts: TrainingParts) -> tuple[torch.Tensor, torch.Tensor]:
-    """One pass over this process's training batches: (sum of the batch losses, number of batches), on the device."""
+def train_one_epoch(accelerator: Accelerator, parts: TrainingParts,
+                    on_step: Callable[[int, torch.Tensor], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One pass over this process's training batches: (sum of the batch losses, number of batches), on the device.
+
+    `on_step(batch_index, loss)` after each optimizer step (`tracking.step_logger`)."""
     parts.model.train()
     loss_sum = torch.zeros((), device=accelerator.device)
     batches = torch.zeros((), device=accelerator.device)
-    for batch in parts.train_dataloader:
+    for index, batch in enumerate(parts.train_dataloader):
         outputs = parts.model(parts.prepare_inputs(batch["image"]))
         loss = F.cross_entropy(outputs, batch["label"])
         accelerator.backward(loss)
@@ -210,6 +217,8 @@ def train_one_epoch(accelerator: Accelerator, parts: TrainingParts) -> tuple[tor
         parts.optimizer.zero_grad()
         loss_sum += loss.detach().float()
         batches += 1
+        if on_step is not None:
+            on_step(index, loss)
     return loss_sum, batches
 
 
@@ -254,16 +263,29 @@ def resume(accelerator: Accelerator, checkpoint_dir: Path | None, fingerprint: d
     return history
 
 
-def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None) -> TrainResult | None:
+def images_per_second(images: int, result: EpochResult) -> float:
+    """Training throughput of an epoch: its train images (all processes) over its training time."""
+    return round(images / result.train_seconds, 3) if result.train_seconds > 0 else 0.0
+
+
+def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | None,
+           settings: tracking.TrackingSettings) -> TrainResult | None:
     parts = build_training_parts(accelerator, config, cache)
     checkpoint_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
     fingerprint = checkpoint_fingerprint(config, parts.classes, accelerator.num_processes, parts.num_images)
     owner = Owner(config.job_uid, config.job_name, config.job_namespace)
+    tracking.start(accelerator, settings, config)
     history = resume(accelerator, checkpoint_dir, fingerprint, owner, config.resume_from)
+    steps_per_epoch = len(parts.train_dataloader)
+    train_images = len(parts.train_dataloader.dataset)
+    for result in history:  # resumed from a checkpoint: this attempt's run has the epochs before it too
+        tracking.log_epoch(accelerator, result, images_per_second(train_images, result), (result.epoch + 1) * steps_per_epoch)
 
     for epoch in range(len(history), config.epochs):
         started = time.perf_counter()
-        loss_sum, batches = train_one_epoch(accelerator, parts)
+        on_step = tracking.step_logger(accelerator, config.log_every_steps, epoch * steps_per_epoch,
+                                       lambda: parts.lr_scheduler.get_last_lr()[0])
+        loss_sum, batches = train_one_epoch(accelerator, parts, on_step)
         train_seconds = time.perf_counter() - started
         accuracy = evaluate(accelerator, parts)
         train_loss = mean_over_processes(accelerator, loss_sum, batches)
@@ -285,9 +307,12 @@ def _train(accelerator: Accelerator, config: TrainConfig, cache: ImageCache | No
                        epoch=epoch, accuracy=result.accuracy)  # the best epoch so far
         if accelerator.is_main_process:
             emit(result.as_event())
+        tracking.log_epoch(accelerator, result, images_per_second(train_images, result), (epoch + 1) * steps_per_epoch)
 
     if accelerator.is_main_process:
         emit(done_event(history))
+    if config.output_dir:
+        tracking.log_model(accelerator, config.output_dir, (CONFIG_FILE, LABELS_FILE, MODEL_FILE))
     is_main = accelerator.is_main_process
     # Without it each process aborts (SIGABRT) at exit when a process group was created.
     accelerator.end_training()

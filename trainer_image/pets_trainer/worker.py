@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from .config import TrainConfig
-from .errors import TrainerError, report_error, write_termination_message
+from .errors import TrainerError, record_for_torch_elastic, report_error, write_termination_message
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         return report_error(error)
     except Exception as error:
         write_termination_message(f"{type(error).__name__}: {error}".splitlines()[0])
+        record_for_torch_elastic(error)
         raise
     return 0
 

@@ -49,6 +49,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get, patch]
 # What each job owns: one pod per node (watched through a kopf index) and one headless
 # Service, which the garbage collector removes with the job; pod 0's log carries the metrics.
+# `get` on each kind it creates: an object already there under its name is adopted only when it is
+# the job's own (its ownerReference), anything else is a name conflict.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete]
@@ -57,12 +59,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get]
 - apiGroups: [""]
   resources: [services]
-  verbs: [create]
+  verbs: [get, create]
 {{- if .Values.networkPolicy.enabled }}
 # And one NetworkPolicy (its pods admit ingress only from each other), removed with the job as well.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create]
+  verbs: [get, create]
 {{- end }}
 {{- if .Values.gangScheduling.enabled }}
 # Jobs with spec.gangScheduling: the gang scheduler's PodGroup, created with the job (once; an existing
@@ -70,16 +72,37 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if has "coscheduling" .Values.gangScheduling.schedulers }}
 - apiGroups: [scheduling.x-k8s.io]
   resources: [podgroups]
-  verbs: [create]
+  verbs: [get, create]
 {{- end }}
 {{- if has "volcano" .Values.gangScheduling.schedulers }}
 - apiGroups: [scheduling.volcano.sh]
   resources: [podgroups]
-  verbs: [create]
+  verbs: [get, create]
 {{- end }}
 {{- end }}
-# kopf posts its handler progress and errors as core events.
+# kopf posts its handler progress and errors as core events; the operator reads the kubelet's
+# FailedMount Warning events of a job's pods (a volume that cannot be mounted is said nowhere else).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [get, list, watch, create]
+{{- end -}}
+
+{{/* "true" when the pods elect a leader on a Lease (peering, when enabled, picks the active pod instead). */}}
+{{- define "pets-operator.leaderElection" -}}
+{{- if and .Values.leaderElection.enabled (not .Values.peering.enabled) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "pets-operator.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (printf "%s-leader" (include "pets-operator.fullname" . | trunc 56 | trimSuffix "-")) -}}
+{{- end -}}
+
+{{/* What the values may not combine: checked where the Deployment renders, with the fix in the message. */}}
+{{- define "pets-operator.checkReplicas" -}}
+{{- $elect := .Values.leaderElection -}}
+{{- if and (gt (int .Values.replicas) 1) (not (include "pets-operator.leaderElection" .)) (not .Values.peering.enabled) -}}
+{{- fail "replicas > 1 needs leaderElection.enabled=true (or peering.enabled=true): otherwise every pod acts on every job" -}}
+{{- end -}}
+{{- if and (include "pets-operator.leaderElection" .) (not (and (gt (int $elect.leaseDurationSeconds) (int $elect.renewDeadlineSeconds)) (gt (mulf (int $elect.renewDeadlineSeconds) 10) (mulf (int $elect.retryPeriodSeconds) 12)))) -}}
+{{- fail (printf "leaderElection needs leaseDurationSeconds > renewDeadlineSeconds > 1.2 x retryPeriodSeconds, got %v > %v > 1.2 x %v" $elect.leaseDurationSeconds $elect.renewDeadlineSeconds $elect.retryPeriodSeconds) -}}
+{{- end -}}
 {{- end -}}

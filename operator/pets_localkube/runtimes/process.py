@@ -26,6 +26,7 @@ from .. import logs, termination
 from ..client import ApiStatusError, Client
 from ..environment import LOOPBACK, PathMap, PortMap, expand, field_ref, rewrite_env
 from ..events import NORMAL, WARNING, EventRecorder, container_field_path
+from ..projected import config_map_files, projected_files, secret_files, write_files
 from ..storage import POD_FAILED, POD_SUCCEEDED, TERMINAL_POD_PHASES, now
 from ..volumes import MountError, check_host_path, is_read_only
 
@@ -280,6 +281,18 @@ class ContainerRun:
             await asyncio.to_thread(kill_marked, self.marker)
 
 
+def with_transitions(previous: Sequence[Mapping[str, Any]], wanted: Sequence[dict[str, Any]], stamp: str) -> list[dict[str, Any]]:
+    """`wanted` conditions, each with its `lastTransitionTime`: kept from `previous` while the
+    condition's status stays, `stamp` when it is new or changed (as a kubelet reports them)."""
+    before = {c["type"]: c for c in previous}
+    result = []
+    for condition in wanted:
+        old = before.get(condition["type"])
+        same = old is not None and old.get("status") == condition["status"]
+        result.append({**condition, "lastTransitionTime": old["lastTransitionTime"] if same else stamp})
+    return result
+
+
 def _read_all(fd: int) -> str:
     chunks = []
     with os.fdopen(fd, "rb") as stream:
@@ -307,6 +320,7 @@ class PodWorker:
         self.volumes: dict[str, Path] | None = None
         self.task: asyncio.Task | None = None
         self.pod_ip = LOOPBACK  # the docker runtime reports each pod's own address
+        self.conditions: list[dict[str, Any]] = []  # as last reported, with their transition times
 
     # --- volumes and processes ---------------------------------------------------------------
 
@@ -326,6 +340,8 @@ class PodWorker:
                 local.mkdir(parents=True, exist_ok=True)
                 if "configMap" in volume or "secret" in volume:
                     await self._project(volume, local)
+                elif "projected" in volume:  # e.g. kube-api-access-*: a token, the cluster CA, the namespace
+                    write_files(local, await projected_files(self.kubelet.client, self.pod, volume))
             dirs[name] = local
         return dirs
 
@@ -362,12 +378,7 @@ class PodWorker:
             raise MountError(volume["name"], f'{kind} "{source_spec.get(field)}" not found') from None
         # Each key becomes a file of its bytes: a ConfigMap's data (text) and binaryData (base64, e.g. a
         # cluster_launcher function payload), a Secret's data (base64) and stringData.
-        if kind == "configmap":
-            files = {k: str(v).encode("utf-8") for k, v in (source.get("data") or {}).items()}
-            files.update({k: base64.b64decode(v) for k, v in (source.get("binaryData") or {}).items()})
-        else:
-            files = {k: base64.b64decode(v) for k, v in (source.get("data") or {}).items()}
-            files.update({k: str(v).encode("utf-8") for k, v in (source.get("stringData") or {}).items()})
+        files = config_map_files(source) if kind == "configmap" else secret_files(source)
         for key, content in files.items():
             (local / key).write_bytes(content)
 
@@ -467,20 +478,27 @@ class PodWorker:
         phase = self.phase if self.phase in TERMINAL_POD_PHASES else ("Running" if started else "Pending")
         ready = phase == "Running" and all(s["ready"] for s in statuses)
         ready_reason = {} if ready else {"reason": "PodCompleted" if phase in TERMINAL_POD_PHASES else "ContainersNotReady"}
+        self.conditions = with_transitions(self.conditions, [
+            {"type": "Initialized", "status": "False" if self.init_containers and self.phase == "Pending" else "True"},
+            {"type": "ContainersReady", "status": "True" if ready else "False", **ready_reason},
+            {"type": "Ready", "status": "True" if ready else "False", **ready_reason},
+        ], now())
+        # The scheduler's PodScheduled stays as it set it (a merge patch replaces the whole list).
+        scheduled = next((c for c in (self.pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"),
+                         {"type": "PodScheduled", "status": "True"})
+        # No qosClass: the API server sets it when the pod is created, and it may not change.
         status = {
             "phase": phase, "hostIP": LOOPBACK, "hostIPs": [{"ip": LOOPBACK}], "podIP": self.pod_ip, "podIPs": [{"ip": self.pod_ip}],
-            "startTime": self.started, "containerStatuses": statuses, "qosClass": "BestEffort",
+            "startTime": self.started, "containerStatuses": statuses,
             **({"initContainerStatuses": init_statuses} if init_statuses else {}),
-            "conditions": [
-                {"type": "PodScheduled", "status": "True"},
-                {"type": "Initialized", "status": "False" if self.init_containers and self.phase == "Pending" else "True"},
-                {"type": "ContainersReady", "status": "True" if ready else "False", **ready_reason},
-                {"type": "Ready", "status": "True" if ready else "False", **ready_reason},
-            ],
+            "conditions": [scheduled, *self.conditions],
         }
         try:
             await self.kubelet.client.merge_patch(self.path + "/status", {"status": status})
         except ApiStatusError as error:
-            logger.debug("status of %s: %s", self.path, error)
+            if error.code == 404:  # deleted meanwhile
+                logger.debug("status of %s: %s", self.path, error)
+            else:  # refused (e.g. by the API server's validation): say so, the pod's status is stale
+                logger.warning("status of %s refused: %s", self.path, error)
 
 

@@ -24,7 +24,10 @@ Created is True only once every pod of the attempt exists (the pod index shows i
 creation is False with the API's reason (QuotaExceeded) or fails the job (CreateRefused).
 
 API refusals: the runner hands the last failed creation in (`create_failure`); a refusal that
-retrying cannot change fails the job, a quota refusal or an unanswered call is retried with backoff.
+retrying cannot change fails the job, and so does a name taken by an object that is not the job's
+(`NameConflict`) unless that object belongs to an earlier job of the same name (it goes with that job:
+the group waits); a quota refusal, a resource the API does not serve (a PodGroup CRD not installed)
+or an unanswered call is retried with backoff, the first two said on the job.
 """
 from __future__ import annotations
 
@@ -32,24 +35,28 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from ..initialization import Initialization
-from ..refusals import REFUSED, CreateFailure
+from ..refusals import CreateFailure
 from ..status import FINAL_PHASES, PodView, timestamp, workers
 from . import creation, deadline, disruption, failure, finish, waiting
 from .group import Group
 from .plan import Event, Plan
-from .step import OWNED_STATUS_FIELDS, Step, attempt_of
+from .step import OWNED_STATUS_FIELDS, RESTART_BACKOFF_SECONDS, Step, attempt_of
 
 __all__ = ["OWNED_STATUS_FIELDS", "Event", "Plan", "attempt_of", "reconcile"]
 
 
 def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | None, generation: int | None,
               pods: Iterable[PodView], now: datetime, problems: list[str], logs_drained: bool = True,
-              create_failure: CreateFailure | None = None, initialization: Initialization | None = None) -> Plan:
+              create_failure: CreateFailure | None = None, initialization: Initialization | None = None,
+              mount_failures: Mapping[str, str] | None = None,
+              restart_backoff: float = RESTART_BACKOFF_SECONDS) -> Plan:
     """`spec` has the defaults applied; `problems` are its validation problems (empty when valid);
     `create_failure`: how the last creation of the group's objects failed, None when it did not;
-    `initialization`: what pod 0's log said of its downloads (the current attempt's)."""
+    `initialization`: what pod 0's log said of its downloads (the current attempt's); `mount_failures`:
+    pod name -> the kubelet's FailedMount message; `restart_backoff`: seconds before the first restart."""
     step = Step.begin(name, spec, status, generation, now, list(pods), logs_drained, create_failure,
-                      initialization or Initialization())
+                      initialization or Initialization(), mount_failures=dict(mount_failures or {}),
+                      restart_backoff=restart_backoff)
     plan = _decide(step, problems)
     plan.events[:0] = step.events
     return plan
@@ -70,8 +77,8 @@ def _decide(step: Step, problems: list[str]) -> Plan:
     step.wake_at = deadline.due(step)
     if step.wake_at is not None and step.now >= step.wake_at:
         return deadline.exceeded(step)
-    if step.create_failure is not None and step.create_failure.kind == REFUSED:
-        return failure.refused(step, step.create_failure)
+    if step.create_failure is not None and failure.ends_the_job(step, step.create_failure):
+        return failure.creation_failed(step, step.create_failure)
     return _decide_for_group(step, group)
 
 
@@ -82,12 +89,13 @@ def _decide_for_group(step: Step, group: Group) -> Plan:
     if group.taken:
         return disruption.requeue(step, group.taken)
     if group.failed:
-        return failure.worker_failed(step, group.failed[0])
+        return failure.worker_failed(step, group.failed)
     if group.stale:
         return waiting.for_stale_pods(step, group.stale)
     if group.missing:
         return creation.create(step, group.missing)
     waiting.scheduling(step, group)
+    waiting.mounting(step, group)
     waiting.initialized(step)
     if group.done:
         return finish.succeeded(step)

@@ -1,16 +1,27 @@
-"""The job failing: an invalid spec, a refused creation, a failed worker (restarted within backoffLimit) (pure).
+"""The job failing: an invalid spec, a refused creation, a name taken by another object, a failed worker (pure).
 
-A worker whose cause is DataUnavailable or ModelUnavailable fails the job with that reason."""
+A failed worker restarts the whole group while backoffLimit allows, after a back-off that doubles with
+each restart (the Job controller's: 10 s, 20 s, ... at most 6 minutes); a permanent failure (a
+DataUnavailable, ModelUnavailable, IncompatibleFunction or CheckpointConflict cause, or the trainer's
+invalid-input exit status) fails the job at once, as a Job's podFailurePolicy FailJob rule does.
+A job whose worker failed keeps its pods, and so their logs, until it is deleted or its TTL passes."""
 from __future__ import annotations
 
-from ..refusals import CreateFailure
+from datetime import datetime, timedelta
+
+from pets_api.phases import INVALID_INPUT_EXIT_CODE
+
+from ..refusals import CONFLICT, REFUSED, CreateFailure
 from ..status import FAILED, PENDING, RUNNING, PodView
 from .finish import ttl_due
 from .group import alive, not_deleting
 from .plan import Event, Plan
-from .step import INITIALIZED, Step
+from .step import CREATE_REFUSED, INITIALIZED, NAME_CONFLICT, Step
 
 DATA_UNAVAILABLE, MODEL_UNAVAILABLE = "DataUnavailable", "ModelUnavailable"
+INVALID_INPUT = "InvalidInput"  # the trainer refused its input (exit status 2): the spec or the data must change
+RESTART_BACKOFF_MAX_SECONDS = 360.0
+RESTARTING = "Restarting"
 
 
 def invalid_spec(step: Step, problems: list[str]) -> Plan:
@@ -20,21 +31,46 @@ def invalid_spec(step: Step, problems: list[str]) -> Plan:
     return Plan(step.status, events=[Event("Warning", "InvalidSpec", message)], finished=True)
 
 
-def refused(step: Step, failure: CreateFailure) -> Plan:
-    """The API server refused one of the group's objects and will refuse it again: the job fails."""
-    message = f"the API server refused to create {failure.what}: {failure.failure.describe()}"
+def ends_the_job(step: Step, failure: CreateFailure) -> bool:
+    """A refusal the API server will repeat, or a name taken by an object that is not this job's and not an
+    earlier same-named job's (which goes with that job: the group waits for it, `creation.create`)."""
+    if failure.kind == CONFLICT:
+        return failure.occupant is None or not failure.occupant.of_earlier_job(step.name)
+    return failure.kind == REFUSED
+
+
+def creation_failed(step: Step, failure: CreateFailure) -> Plan:
+    """The job fails: the API server refused one of the group's objects (CreateRefused), or its name is
+    taken (NameConflict: the job never adopts an object that is not its own)."""
+    if failure.kind == CONFLICT:
+        return _stop(step, NAME_CONFLICT, f"cannot create {failure.what}: {failure.failure.message}; delete it, "
+                                          "or recreate this job under another name")
+    return _stop(step, CREATE_REFUSED, f"the API server refused to create {failure.what}: {failure.failure.describe()}")
+
+
+def _stop(step: Step, reason: str, message: str) -> Plan:
     step.finish(FAILED, message)
-    step.condition(FAILED, True, "CreateRefused", message)
-    step.clear("Created", "CreateRefused", message)
+    step.condition(FAILED, True, reason, message)
+    step.clear("Created", reason, message)
     step.clear(RUNNING, "Failed", message)
-    step.clear("Restarting", "Failed", message)
-    return Plan(step.status, delete_pods=alive(step.pods), events=[Event("Warning", "CreateRefused", message)],
+    step.clear(RESTARTING, "Failed", message)
+    return Plan(step.status, delete_pods=alive(step.pods), events=[Event("Warning", reason, message)],
                 wake_at=ttl_due(step))
 
 
-def worker_failed(step: Step, pod: PodView) -> Plan:
-    """A worker of the current group failed: the whole group restarts while backoffLimit allows, else the job fails."""
-    if int(step.status["restarts"]) < int(step.spec.get("backoffLimit") or 0):
+def permanent_reason(pod: PodView) -> str | None:
+    """Why retrying the failed pod cannot help: its cause's reason or the trainer's invalid-input exit status;
+    None for a crash, which a restart may get past."""
+    if pod.failure_reason is not None:
+        return pod.failure_reason
+    return INVALID_INPUT if pod.exit_code == INVALID_INPUT_EXIT_CODE else None
+
+
+def worker_failed(step: Step, failed: list[PodView]) -> Plan:
+    """Workers of the current group failed: a permanent failure fails the job at once; a crash restarts
+    the whole group while backoffLimit allows, else the job fails."""
+    pod = next((p for p in failed if permanent_reason(p) is not None), failed[0])
+    if permanent_reason(pod) is None and int(step.status["restarts"]) < int(step.spec.get("backoffLimit") or 0):
         return _restart(step, pod)
     return _give_up(step, pod)
 
@@ -42,24 +78,41 @@ def worker_failed(step: Step, pod: PodView) -> Plan:
 def _restart(step: Step, pod: PodView) -> Plan:
     restarts, attempt = int(step.status["restarts"]), step.attempt
     limit = int(step.spec.get("backoffLimit") or 0)
-    message = f"{pod.describe_failure()}; restarting the whole group " \
+    delay = restart_delay(step.restart_backoff, restarts + 1)
+    message = f"{pod.describe_failure()}; restarting the whole group in {delay:g}s " \
               f"(restart {restarts + 1} of {limit}, {step.resumes()})"
     step.status.update(restarts=restarts + 1, attempt=attempt + 1, phase=PENDING, message=message)
-    step.condition("Restarting", True, "WorkerFailed", message)
-    step.clear(RUNNING, "Restarting", message)
+    step.condition(RESTARTING, True, "WorkerFailed", message, anew=True)  # the back-off counts from now
+    step.clear(RUNNING, RESTARTING, message)
     return Plan(step.status, delete_pods=not_deleting(step.pods),
-                events=[Event("Warning", "Restarting", message)], wake_at=step.wake_at,
+                events=[Event("Warning", RESTARTING, message)], wake_at=step.wake_at,
                 new_attempt=attempt + 1, clear_epochs=step.spec.get("checkpoint") is None)
 
 
+def restart_delay(base: float, restarts: int) -> float:
+    """The back-off before group restart number `restarts` (1, 2, ...): `base` doubling, at most 6 minutes."""
+    return min(RESTART_BACKOFF_MAX_SECONDS, base * 2 ** max(0, restarts - 1))
+
+
+def restart_at(step: Step) -> datetime | None:
+    """When a group restarted after a worker failed may be created; None when it is not restarting."""
+    since = step.since(RESTARTING)
+    if since is None or not step.has(RESTARTING, True, "WorkerFailed"):
+        return None
+    return since + timedelta(seconds=restart_delay(step.restart_backoff, int(step.status.get("restarts") or 0)))
+
+
 def _give_up(step: Step, pod: PodView) -> Plan:
-    message = f"{pod.describe_failure()}; backoffLimit ({int(step.spec.get('backoffLimit') or 0)}) reached"
+    permanent = permanent_reason(pod)
+    if permanent is not None:
+        message = f"{pod.describe_failure()}; not restarted: a permanent error ({permanent})"
+    else:
+        message = f"{pod.describe_failure()}; backoffLimit ({int(step.spec.get('backoffLimit') or 0)}) reached"
     step.finish(FAILED, message)
-    step.condition(FAILED, True, pod.failure_reason or "BackoffLimitExceeded", message)
-    if pod.failure_reason in (DATA_UNAVAILABLE, MODEL_UNAVAILABLE):
-        step.condition(INITIALIZED, False, pod.failure_reason, message)
+    step.condition(FAILED, True, permanent or "BackoffLimitExceeded", message)
+    if permanent in (DATA_UNAVAILABLE, MODEL_UNAVAILABLE):
+        step.condition(INITIALIZED, False, permanent, message)
     step.clear(RUNNING, "Failed", message)
-    step.clear("Restarting", "Failed", message)
-    # The others would wait in the rendezvous forever: stop them; the failed pods stay for their logs.
-    return Plan(step.status, delete_pods=alive(step.pods), events=[Event("Warning", "Failed", message)],
-                wake_at=ttl_due(step))
+    step.clear(RESTARTING, "Failed", message)
+    # The pods stay, and with them their logs (`kubectl logs`, job.logs()), until the job goes.
+    return Plan(step.status, events=[Event("Warning", "Failed", message)], wake_at=ttl_due(step))

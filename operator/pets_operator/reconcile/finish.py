@@ -7,7 +7,7 @@ from typing import Any, Mapping
 from ..status import FAILED, RUNNING, SUCCEEDED, parse_timestamp
 from .group import alive
 from .plan import Event, Plan
-from .step import Step
+from .step import STOPS_THE_GROUP, Step
 
 
 def succeeded(step: Step) -> Plan:
@@ -28,8 +28,10 @@ def succeeded(step: Step) -> Plan:
 
 
 def finished(step: Step) -> Plan:
-    """A job that has finished: a failed one's leftover pods are stopped; the job goes once its TTL passes."""
-    leftovers = alive(step.pods) if step.status.get("phase") == FAILED else []
+    """A job that has finished: the leftover pods of a job the operator failed (deadline, refusal, name
+    conflict) are stopped, a failed worker's group is kept for its logs; the job goes once its TTL passes."""
+    stopped = step.status.get("phase") == FAILED and step.failed_reason() in STOPS_THE_GROUP
+    leftovers = alive(step.pods) if stopped else []
     due = ttl_due(step)
     if due is not None and step.now >= due:
         return Plan(step.status, delete_job=True, finished=True)

@@ -1,6 +1,9 @@
 """The running/pending ladder: Running once every worker runs, else what the group waits for (pure).
 
-It waits for an earlier attempt's pods to go, the scheduler, a scheduling gate, a container, or downloads."""
+It waits for an earlier attempt's pods to go, the scheduler, a scheduling gate, its volumes, a container, or
+downloads. A volume that cannot be mounted (a hostPath that is not there, say) is only a `FailedMount` Event on
+the pod, the pod staying ContainerCreating: the runner reads those Events (`mount_failures`) and the job says so
+(VolumesMounted=False/FailedMount, a Warning Event per new message) until every worker runs."""
 from __future__ import annotations
 
 from typing import Callable
@@ -12,6 +15,8 @@ from ..status import PENDING, RUNNING, PodView
 from .group import Group, not_deleting
 from .plan import Event, Plan
 from .step import INITIALIZED, Step
+
+VOLUMES_MOUNTED, FAILED_MOUNT = "VolumesMounted", "FailedMount"
 
 
 def for_stale_pods(step: Step, stale: list[PodView]) -> Plan:
@@ -32,6 +37,17 @@ def scheduling(step: Step, group: Group) -> None:
         step.announce("Scheduled", False, "Unschedulable", message, Event("Warning", "Unschedulable", message))
     elif step.has("Scheduled", False):
         step.condition("Scheduled", True, "AllWorkersScheduled", "every worker is scheduled")
+
+
+def mounting(step: Step, group: Group) -> None:
+    """VolumesMounted=False (and a Warning Event per new message) while a worker's volumes cannot be mounted;
+    True once none waits for them."""
+    failing = _mount_failing(step, group)
+    if failing:
+        message = _mount_message(step, failing[0])
+        step.announce(VOLUMES_MOUNTED, False, FAILED_MOUNT, message, Event("Warning", FAILED_MOUNT, message))
+    elif step.has(VOLUMES_MOUNTED, False):
+        step.condition(VOLUMES_MOUNTED, True, "AllVolumesMounted", "every worker's volumes are mounted")
 
 
 def initialized(step: Step) -> None:
@@ -56,17 +72,20 @@ def progress(step: Step, group: Group) -> Plan:
         step.clear("Restarting", "GroupRunning", f"attempt {step.attempt} is running")
         step.clear("Requeued", "GroupRunning", f"attempt {step.attempt} is running")
     else:
-        step.status["message"] = f"{active} of {num_nodes} worker(s) running{step.attempt_note()}{_detail(group)}"
+        step.status["message"] = f"{active} of {num_nodes} worker(s) running{step.attempt_note()}{_detail(step, group)}"
     return Plan(step.status, wake_at=step.wake_at)
 
 
-def _detail(group: Group) -> str:
+def _detail(step: Step, group: Group) -> str:
     """Why not every worker runs: the first that cannot be scheduled, the gated ones, or the first waiting container."""
     unschedulable, gated = _unschedulable(group), _pending(group, lambda p: bool(p.gates))
     if unschedulable:
         return f"; {_unschedulable_message(unschedulable[0])}"
     if gated:
         return f"; {_gated_message(gated)}"
+    mounting = _mount_failing(step, group)
+    if mounting:
+        return f"; {_mount_message(step, mounting[0])}"
     waiting = [p for p in group.current.values() if p.phase == PENDING and p.reason]  # in the order the pods came
     return f" ({_waiting_message(waiting[0])})" if waiting else ""
 
@@ -77,6 +96,14 @@ def _pending(group: Group, which: Callable[[PodView], bool]) -> list[PodView]:
 
 def _unschedulable(group: Group) -> list[PodView]:
     return _pending(group, lambda p: bool(p.unschedulable))
+
+
+def _mount_failing(step: Step, group: Group) -> list[PodView]:
+    return _pending(group, lambda p: p.name in step.mount_failures)
+
+
+def _mount_message(step: Step, pod: PodView) -> str:
+    return f"pod {pod.name} cannot mount its volumes: {step.mount_failures[pod.name]}"
 
 
 def _unschedulable_message(pod: PodView) -> str:

@@ -12,8 +12,9 @@ def pods(*phases, attempt=0):
                     exit_code=1 if phase == "Failed" else None) for i, phase in enumerate(phases)]
 
 
-def step(spec, status=None, current=(), now=T0, problems=(), drained=True):
-    return reconcile("pets", spec, status, 1, current, now, list(problems), logs_drained=drained)
+def step(spec, status=None, current=(), now=T0, problems=(), drained=True, **observed):
+    """`observed`: reconcile's other inputs (create_failure, mount_failures, restart_backoff, ...)."""
+    return reconcile("pets", spec, status, 1, current, now, list(problems), logs_drained=drained, **observed)
 
 
 def condition(plan, type_):

@@ -76,3 +76,22 @@ def test_a_job_with_downloads_is_pending_and_initializing_until_pod_0_has_them(s
 def test_a_job_without_downloads_has_no_initialized_condition(spec):
     plan = step(spec, None, pods("Running", "Running"))
     assert plan.status["phase"] == "Running" and "Initialized" not in {c["type"] for c in plan.status["conditions"]}
+
+
+def test_a_volume_that_cannot_be_mounted_is_in_the_message_a_condition_and_one_event(spec):
+    failed_mount = 'MountVolume.SetUp failed for volume "data" : hostPath type check failed: /nope is not a directory'
+    creating = [PodView("pets-0", "u0", 0, 0, "Pending", reason="ContainerCreating"),
+                PodView("pets-1", "u1", 1, 0, "Pending", reason="ContainerCreating")]
+    mounts = {"pets-0": failed_mount, "pets-1": failed_mount}
+    plan = step(spec, step(spec).status, creating, mount_failures=mounts)
+    assert plan.status["phase"] == "Pending"
+    assert plan.status["message"] == f"0 of 2 worker(s) running; pod pets-0 cannot mount its volumes: {failed_mount}"
+    mounted = condition(plan, "VolumesMounted")
+    assert (mounted["status"], mounted["reason"]) == ("False", "FailedMount") and failed_mount in mounted["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Normal", "Created"), ("Warning", "FailedMount")]
+    assert step(spec, plan.status, creating, mount_failures=mounts).events == []  # once per message
+    # The directory is there now: the workers start, the condition turns True.
+    running = step(spec, plan.status, pods("Running", "Running"))
+    assert condition(running, "VolumesMounted")["status"] == "True" and running.status["phase"] == "Running"
+    # Without a mount failure there is no such condition at all.
+    assert "VolumesMounted" not in {c["type"] for c in step(spec, step(spec).status, creating).status["conditions"]}

@@ -1,0 +1,77 @@
+"""`pets-operator local up --control-plane kubernetes` and `local down`: Kubernetes' own control plane
+with the local kubelet as its Node, from the command line, and nothing left running after `down`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from pets_localkube.control_plane import free_port
+from pets_localkube.runtimes.process import processes_marked
+
+pytestmark = pytest.mark.realcluster
+
+
+def processes_under(directory: Path) -> list[str]:
+    """`pid: command line` of live processes whose command line names `directory`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(directory) in cmdline and state != "Z":
+            found.append(f"{entry.name}: {cmdline[:160]}")
+    return found
+
+
+def test_local_up_with_kubernetes_runs_a_node_and_local_down_stops_everything(control_plane_bin, kubectl, tmp_path):
+    workdir, kubeconfig, port = tmp_path / "work", tmp_path / "out" / "kubeconfig", free_port()
+    kubeconfig.parent.mkdir()
+    env = {**os.environ, "PETS_CONTROL_PLANE_BIN": str(control_plane_bin)}
+    up = subprocess.Popen([sys.executable, "-m", "pets_operator", "local", "up", "--control-plane", "kubernetes",
+                           "--workdir", str(workdir), "--port", str(port), "--cpu", "2",
+                           "--kubeconfig-out", str(kubeconfig)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        printed = []
+        while not printed or not (printed[-1].startswith("export KUBECONFIG=") or printed[-1] == ""):
+            printed.append(up.stdout.readline())
+        assert printed[-1] == f"export KUBECONFIG={workdir / 'kubeconfig'}\n", "".join(printed)
+        assert printed[0].startswith(f"Kubernetes' control plane at https://127.0.0.1:{port} (node local-node, 2 CPUs")
+
+        nodes = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", "nodes", "--no-headers"],
+                               capture_output=True, text=True, timeout=60)
+        assert nodes.stdout.split()[:2] == ["local-node", "Ready"], nodes.stderr
+        with config.new_client_from_config(config_file=str(kubeconfig)) as api:
+            crd = client.ApiextensionsV1Api(api).read_custom_resource_definition("petstrainingjobs.training.pets.dev")
+            assert crd.spec.group == "training.pets.dev"  # the product's CRD, applied at start
+            core = client.CoreV1Api(api)
+            pod = core.create_namespaced_pod("default", {"metadata": {"name": "sleeper"}, "spec": {
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "300"]}]}})
+            deadline = time.monotonic() + 60
+            while core.read_namespaced_pod("sleeper", "default").status.phase != "Running":
+                assert time.monotonic() < deadline, "the pod never ran"
+                time.sleep(0.25)
+        assert processes_marked(f"{pod.metadata.uid}/main")
+        assert processes_under(workdir)  # etcd, kube-apiserver, ... name the work directory
+
+        down = subprocess.run([sys.executable, "-m", "pets_operator", "local", "down", "--workdir", str(workdir)],
+                              capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert down.stdout == f"stopped the local cluster of {workdir} (pid {up.pid})\n"
+        assert up.wait(timeout=10) == 0
+        assert processes_under(workdir) == []
+        assert processes_marked(f"{pod.metadata.uid}/main") == []
+    finally:
+        if up.poll() is None:
+            up.kill()
