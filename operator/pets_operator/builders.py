@@ -1,7 +1,7 @@
 """The bodies of the objects a PetsTrainingJob owns: headless Service, NetworkPolicy, one pod per node (pure).
 
 With spec.gangScheduling also the gang scheduler's PodGroup; with a Kueue queue the pods carry
-Kueue's plain-Pod group labels, annotations and admission gate (`_scheduling`).
+Kueue's plain-Pod group labels and annotations (`_scheduling`; Kueue's webhook adds its gate).
 
 `spec` is always the spec with defaults applied (`spec.with_defaults`) and already validated.
 """
@@ -268,8 +268,10 @@ def _scheduling(job: Mapping[str, Any], spec: Mapping[str, Any], attempt: int,
     Kueue's plain-Pod group: every pod of the attempt carries the queue and the group name (labels) and
     the group's size (annotation); `retriable-in-group: "false"` makes a failed or preempted attempt
     finish as a whole (Kueue then lets its pods go: the operator restarts whole groups, never single
-    pods). The admission gate is the one Kueue's webhook adds (it adds it once): set here as well, the
-    group never starts outside its queue. Kueue's finalizer is Kueue's alone to add and remove.
+    pods). The admission gate `kueue.x-k8s.io/admission` and the finalizer are Kueue's: its pod webhook
+    adds both when it creates a pod of a namespace it manages (and refuses the pod if it cannot be
+    reached), and only Kueue removes them. Set here, the gate would hold the pods forever where Kueue
+    does not manage the namespace (or does not run).
     """
     name = job["metadata"]["name"]
     labels: dict[str, str] = {}
@@ -281,7 +283,6 @@ def _scheduling(job: Mapping[str, Any], spec: Mapping[str, Any], attempt: int,
         labels[names.KUEUE_POD_GROUP_NAME_LABEL] = names.kueue_pod_group_name(name, attempt)
         annotations[names.KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(int(spec["numNodes"]))
         annotations[names.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
-        fields["schedulingGates"] = [{"name": names.KUEUE_ADMISSION_GATE}]
     gang = spec.get("gangScheduling")
     if gang is not None:
         scheduler = gang.get("scheduler") or "coscheduling"

@@ -3,9 +3,13 @@
 What Kueue (pkg/controller/jobs/pod) does with pods labelled `kueue.x-k8s.io/queue-name`, played
 with the official client against the local cluster, one `sync()` every 0.1 s in a thread:
 
-- its webhook gives each new pod the finalizer `kueue.x-k8s.io/managed` (and the scheduling gate
-  `kueue.x-k8s.io/admission`, which the operator's pods already carry); here the finalizer is added
-  on first sight, before any admission;
+- its mutating webhook gives each new pod with a queue-name label the scheduling gate
+  `kueue.x-k8s.io/admission`, the finalizer `kueue.x-k8s.io/managed` and the label
+  `kueue.x-k8s.io/managed: "true"` as the API server creates it (the operator sets none of them);
+  here a proxy in front of the local API server does it to the pods the operator creates through
+  it (`operator_env`: the operator's KUBECONFIG). The real webhook (v0.17) also adds the gate
+  `kueue.x-k8s.io/topology` (TopologyAwareScheduling is on by default) and removes it with the
+  other; tests/realcluster/test_kueue.py sees both on the real one;
 - it admits a group (`kueue.x-k8s.io/pod-group-name`, one Workload) only when all
   `kueue.x-k8s.io/pod-group-total-count` pods exist, and then removes the gate from every one;
   `open()`/`close()` stand for the ClusterQueue's quota having room or not;
@@ -19,11 +23,17 @@ It never ungates a finished group again. Whatever it did is recorded for the tes
 """
 from __future__ import annotations
 
+import json
+import re
+import tempfile
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from kubernetes.client.exceptions import ApiException
+
+from tests.support.fault_proxy import FaultProxy
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
@@ -31,13 +41,41 @@ TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 GATE = "kueue.x-k8s.io/admission"
 FINALIZER = "kueue.x-k8s.io/managed"
+MANAGED_LABEL = "kueue.x-k8s.io/managed"
 MERGE = "application/merge-patch+json"  # lists replaced whole (a strategic merge patch would merge finalizers)
+POD_CREATE = re.compile(r"^/api/v1/namespaces/[^/]+/pods$")
+
+
+def webhook_default(pod: dict) -> dict:
+    """What Kueue's pod webhook does to a new pod of a namespace it manages: with a queue-name label,
+    its managed label, its finalizer and its admission gate (each once)."""
+    labels = pod.setdefault("metadata", {}).get("labels") or {}
+    if not labels.get(QUEUE_LABEL):
+        return pod
+    pod["metadata"]["labels"] = {**labels, MANAGED_LABEL: "true"}
+    finalizers = pod["metadata"].get("finalizers") or []
+    pod["metadata"]["finalizers"] = finalizers if FINALIZER in finalizers else [*finalizers, FINALIZER]
+    gates = pod.setdefault("spec", {}).get("schedulingGates") or []
+    if GATE not in [gate.get("name") for gate in gates]:
+        pod["spec"]["schedulingGates"] = [*gates, {"name": GATE}]
+    return pod
+
+
+class WebhookProxy(FaultProxy):
+    """The local API server as seen through Kueue's mutating pod webhook."""
+
+    def rewrite(self, method: str, path: str, body: bytes) -> bytes:
+        if method != "POST" or not POD_CREATE.match(path) or not body:
+            return body
+        return json.dumps(webhook_default(json.loads(body))).encode()
 
 
 class KueueStandIn:
     def __init__(self, core, namespace: str = "default"):
         self.core = core
         self.namespace = namespace
+        self._workdir = tempfile.TemporaryDirectory(prefix="kueue-stand-in-")
+        self.webhook = WebhookProxy(core.api_client.configuration.host, Path(self._workdir.name))
         self.admitted: list[str] = []  # groups, in the order they were admitted
         self.preempted: list[str] = []
         self.finished: list[str] = []  # groups whose finalizers it removed
@@ -49,12 +87,20 @@ class KueueStandIn:
         self._thread = threading.Thread(target=self._loop, name="kueue-stand-in", daemon=True)
 
     def start(self) -> "KueueStandIn":
+        self.webhook.start()
         self._thread.start()
         return self
+
+    @property
+    def operator_env(self) -> dict[str, str]:
+        """The operator's environment for its pods to pass the webhook."""
+        return {"KUBECONFIG": str(self.webhook.kubeconfig)}
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
+        self.webhook.stop()
+        self._workdir.cleanup()
 
     def open(self) -> None:
         self._open.set()
@@ -79,11 +125,6 @@ class KueueStandIn:
 
     def sync(self) -> None:
         for group, pods in self._pods().items():
-            for pod in pods:
-                finalizers = pod.metadata.finalizers or []
-                if FINALIZER not in finalizers and not pod.metadata.deletion_timestamp and group not in self.finished:
-                    self.core.patch_namespaced_pod(pod.metadata.name, self.namespace,
-                                                   {"metadata": {"finalizers": [*finalizers, FINALIZER]}}, _content_type=MERGE)
             live = [p for p in pods if not p.metadata.deletion_timestamp]
             total = int(pods[0].metadata.annotations[TOTAL_ANNOTATION])
             gated = [p for p in live if any(g.name == GATE for g in p.spec.scheduling_gates or [])]

@@ -106,8 +106,8 @@ def test_a_suspended_job_resumes_from_its_checkpoint(api, cluster, operator_proc
 # --- Kueue ----------------------------------------------------------------------------------------
 
 def test_kueue_admits_preempts_and_readmits_the_group(api, operator_process, stand_in_env, wait_for):
-    operator = operator_process(stand_in_env)
     kueue = KueueStandIn(api.core).start()
+    operator = operator_process({**stand_in_env, **kueue.operator_env})
     try:
         epochs = 25
         api.create_job("queued", {"numNodes": 2, "epochs": epochs, "model": "resnet10t", "data": {"synthetic": {}},
@@ -157,8 +157,8 @@ def test_kueue_admits_preempts_and_readmits_the_group(api, operator_process, sta
 def test_a_job_created_suspended_makes_nothing_and_its_queue_label_counts(api, operator_process, stand_in_env,
                                                                           wait_for):
     """Created with suspend: true, nothing is made until it is resumed; the queue is the job's own Kueue label."""
-    operator = operator_process(stand_in_env)
     kueue = KueueStandIn(api.core).start()
+    operator = operator_process({**stand_in_env, **kueue.operator_env})
     try:
         kueue.open()
         api.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, {

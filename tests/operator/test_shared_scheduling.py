@@ -37,8 +37,9 @@ def test_spec_queue_name_makes_each_attempt_one_kueue_pod_group(job, spec, index
     assert labels[names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-3"  # the attempt's group: one Workload per attempt
     assert annotations[names.KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] == "2"  # numNodes, as a string
     assert annotations[names.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] == "false"
-    # Gated until Kueue admits the whole group; Kueue's finalizer is Kueue's to add, never the operator's.
-    assert pod["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
+    # Kueue's webhook gates the pods (until it admits the whole group) and adds its finalizer, where it
+    # manages the namespace; a gate set here would hold the pods forever where it does not.
+    assert "schedulingGates" not in pod["spec"]
     assert "finalizers" not in pod["metadata"]
     kubernetes_validate.validate(pod, "1.30", strict=True)
 
@@ -115,7 +116,7 @@ def test_kueue_and_gang_scheduling_together(job, spec):
     pod = builders.pod_body(job, both, 0, attempt=1)
     assert pod["metadata"]["labels"][names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-1"
     assert pod["metadata"]["labels"][names.COSCHEDULING_POD_GROUP_LABEL] == "pets"
-    assert pod["spec"]["schedulingGates"] and pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+    assert "schedulingGates" not in pod["spec"] and pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
 
 
 # --- suspend and resume, the deadline's clock ------------------------------------------------------

@@ -204,9 +204,13 @@ class FaultProxy:
             await asyncio.sleep(fault.delay)
         return await self._forward(request, arrived)
 
+    def rewrite(self, method: str, path: str, body: bytes) -> bytes:
+        """The request body as forwarded (a subclass may change it, as a mutating webhook would)."""
+        return body
+
     async def _forward(self, request: web.Request, arrived: float) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
-        body = await request.read()
+        body = self.rewrite(request.method, request.path, await request.read())
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
                                          data=body if body else None, allow_redirects=False,
                                          # as sent: no Content-Type added to a body without one
