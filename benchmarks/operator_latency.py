@@ -217,7 +217,8 @@ def print_table(tree: str, rows: list[dict]) -> None:
               f"{'line->watch s p50/max':>22} {'x1':>6} {'RSS MiB idle/busy':>18} {'CPU idle/busy':>14} {'API CPU':>8} {'epochs':>9}")
     print("\n" + header)
     for row in rows:
-        print(f"{'':<9} {row['jobs']:>5} {row['load_average']:>5.1f} {row['pods_p50']:>10.3f}/{row['pods_max']:<11.3f} {row['pods_max'] / base['pods_max']:>6.1f} "
+        print(f"{'':<9} {row['jobs']:>5} {row['load_average']:>5.1f} "
+              f"{row['pods_p50']:>10.3f}/{row['pods_max']:<11.3f} {row['pods_max'] / base['pods_max']:>6.1f} "
               f"{row['patched_p50']:>11.3f}/{row['patched_max']:<12.3f} {row['patched_max'] / base['patched_max']:>6.1f} "
               f"{row['epoch_p50']:>10.3f}/{row['epoch_max']:<11.3f} {row['epoch_max'] / base['epoch_max']:>6.1f} "
               f"{row['rss_idle']:>8.1f}/{row['rss_busy']:<9.1f} {row['cpu_idle']:>6.1%}/{row['cpu_busy']:<7.1%} {row['cluster_cpu']:>8.0%} "

@@ -48,8 +48,8 @@ from pathlib import Path
 
 import yaml
 
-from pets_localkube import logs as log_files
 from pets_api import GROUP, PLURAL, VERSION, metric_lines
+from pets_localkube import logs as log_files
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "default"

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from . import packaged
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import platform
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Any, Mapping
+from typing import Any
 
 MAGIC = b"PETSFN1\n"
 FORMAT = 1

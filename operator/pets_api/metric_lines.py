@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 EVENT = "event"  # the key that makes a JSON object a metric event
 EPOCH = "epoch"  # one finished epoch: epoch (from 0), accuracy, train_loss, seconds

@@ -4,11 +4,17 @@ The operator names them; the SDK and the trainer find them by the same rules."""
 from __future__ import annotations
 
 import hashlib
-import re
 
 from . import GROUP
-from .k8s_names import (ANNOTATION_COMPLETION_INDEX, DNS1123_LABEL_MAX, _DNS1035_LABEL, _DNS1123_LABEL,  # noqa: F401
-                        is_dns1035_label, is_dns1123_label, is_dns1123_subdomain)
+from .k8s_names import (  # noqa: F401
+    _DNS1035_LABEL,
+    _DNS1123_LABEL,
+    ANNOTATION_COMPLETION_INDEX,
+    DNS1123_LABEL_MAX,
+    is_dns1035_label,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+)
 
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 LABEL_REPLICA_INDEX = f"{GROUP}/replica-index"

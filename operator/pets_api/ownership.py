@@ -1,7 +1,8 @@
 """Owner references to a PetsTrainingJob (pure): what the garbage collector follows."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import API_VERSION, KIND
 

@@ -25,8 +25,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, TextIO
+from typing import Any, TextIO
 
 from pets_api import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from pets_api.names import LABEL_ATTEMPT, LABEL_JOB_NAME, LABEL_REPLICA_INDEX, pod_name
@@ -142,7 +143,7 @@ def _default_namespace() -> str:
 class PetsTrainingJob:
     """One submitted job: its status, its epochs as they finish, its pods' logs."""
 
-    def __init__(self, client: "PetsTrainingJobClient", name: str, namespace: str):
+    def __init__(self, client: PetsTrainingJobClient, name: str, namespace: str):
         self.client, self.name, self.namespace = client, name, namespace
 
     def __repr__(self) -> str:

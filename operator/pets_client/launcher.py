@@ -39,9 +39,10 @@ import sys
 import threading
 import types
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from pets_api import function_payload, names
 from pets_api.contract import schema_default, spec_schema

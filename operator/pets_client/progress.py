@@ -11,8 +11,9 @@ them: the `status.epochs` entry with `epoch: 0` (the trainer's index) is shown a
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, TextIO
+from typing import Any, TextIO
 
 from pets_api.phases import FAILED, FINAL_PHASES
 

@@ -51,8 +51,9 @@ import base64
 import datetime
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 # The root fields every rule at the root sees besides the schema's properties.
 _ROOT_META = ("apiVersion", "kind")
@@ -251,9 +252,9 @@ class Node:
     schema: dict[str, Any]
     root: bool = False
     rules: list[Rule] = field(default_factory=list)
-    properties: dict[str, "Node"] = field(default_factory=dict)
-    items: "Node | None" = None
-    additional: "Node | None" = None
+    properties: dict[str, Node] = field(default_factory=dict)
+    items: Node | None = None
+    additional: Node | None = None
 
     @property
     def type(self) -> str:
@@ -439,7 +440,7 @@ def _has_rules(schema: Any) -> bool:
     return any(_has_rules(c) for c in children if c is not None)
 
 
-def compile_rules(schema: dict[str, Any]) -> "RuleSet | None":
+def compile_rules(schema: dict[str, Any]) -> RuleSet | None:
     """The rules of one version's `openAPIV3Schema`, None when it has none; InvalidRules when refused."""
     if not _has_rules(schema):
         return None

@@ -10,8 +10,9 @@ import asyncio
 import json
 import logging
 import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 
@@ -40,7 +41,7 @@ class Client:
         self.tls = tls
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "Client":
+    async def __aenter__(self) -> Client:
         connector = aiohttp.TCPConnector(ssl=self.tls) if self.tls is not None else None
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
                                               connector=connector)

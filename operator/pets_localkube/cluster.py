@@ -5,9 +5,9 @@ import asyncio
 import atexit
 import socket
 import threading
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from collections.abc import Mapping, Sequence
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 from aiohttp import web
@@ -91,7 +91,7 @@ class LocalCluster:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._thread_main, name="pets-local-cluster", daemon=True)
         self._thread.start()
@@ -108,13 +108,13 @@ class LocalCluster:
             self._thread.join(timeout=60)
         atexit.unregister(self.stop)
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> "LocalCluster":
+    async def __aenter__(self) -> LocalCluster:
         return await asyncio.to_thread(self.start)
 
     async def __aexit__(self, *exc: object) -> None:

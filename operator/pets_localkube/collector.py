@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from . import errors
 from .storage import CRD_KEY, NAMESPACE_KEY, Storage

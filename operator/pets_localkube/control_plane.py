@@ -35,9 +35,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 APISERVER = "kube-apiserver"
 CONTROLLER_MANAGER = "kube-controller-manager"
@@ -276,7 +276,7 @@ def _client_context(ca: Path | None, client: Certificate | None) -> ssl.SSLConte
 # The control plane
 # ------------------------------------------------------------------------------------------
 
-_LIVE: "set[KubernetesControlPlane]" = set()
+_LIVE: set[KubernetesControlPlane] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -326,7 +326,7 @@ class KubernetesControlPlane:
     def process_ids(self) -> dict[str, int]:
         return {name: process.pid for name, process in self.processes.items()}
 
-    def start(self) -> "KubernetesControlPlane":
+    def start(self) -> KubernetesControlPlane:
         if self.processes:
             raise RuntimeError("already started")
         with _LIVE_LOCK:
@@ -360,7 +360,7 @@ class KubernetesControlPlane:
         with _LIVE_LOCK:
             _LIVE.discard(self)
 
-    def __enter__(self) -> "KubernetesControlPlane":
+    def __enter__(self) -> KubernetesControlPlane:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -12,8 +12,9 @@ its own, as Coscheduling does. Volcano is not emulated.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 GROUP = "scheduling.x-k8s.io"
 VERSION = "v1alpha1"

@@ -49,9 +49,10 @@ import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -411,7 +412,7 @@ def _b64(data: bytes) -> str:
 # Kueue
 # ------------------------------------------------------------------------------------------
 
-_LIVE: "set[Kueue]" = set()
+_LIVE: set[Kueue] = set()
 _LIVE_LOCK = threading.Lock()
 
 
@@ -468,7 +469,7 @@ class Kueue:
     def webhook_url(self) -> str:
         return f"https://127.0.0.1:{self.webhook_port}"
 
-    def start(self) -> "Kueue":
+    def start(self) -> Kueue:
         if self.process is not None:
             raise RuntimeError("already started")
         with _LIVE_LOCK:
@@ -509,7 +510,7 @@ class Kueue:
         with _LIVE_LOCK:
             _LIVE.discard(self)
 
-    def __enter__(self) -> "Kueue":
+    def __enter__(self) -> Kueue:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -681,7 +682,7 @@ class Kueue:
             except (OSError, http.client.HTTPException) as error:
                 last_error = error
             except ApiError as error:
-                raise self._fail(f"waiting for {what}: {error}", with_log=self.process is not None)
+                raise self._fail(f"waiting for {what}: {error}", with_log=self.process is not None) from error
             if time.monotonic() > deadline:
                 last = self._last_probe or last_error
                 raise self._fail(f"no {what} after {self.startup_timeout:.0f} s (last: {last!r})",

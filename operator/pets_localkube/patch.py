@@ -166,7 +166,8 @@ def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[s
     elif kind == STRATEGIC:
         result = strategic_merge_patch(target, patch)
     else:
-        raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted media types include: {JSON}, {MERGE}, {STRATEGIC}")
+        raise ApiError(415, "UnsupportedMediaType",
+                       f"the body of the request was in an unknown format - accepted media types include: {JSON}, {MERGE}, {STRATEGIC}")
     if not isinstance(result, dict):
         raise bad_request("the patched object is not a JSON object")
     return result

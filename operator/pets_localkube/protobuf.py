@@ -20,8 +20,9 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 MEDIA_TYPE = "application/vnd.kubernetes.protobuf"
 MAGIC = b"k8s\x00"
@@ -298,7 +299,7 @@ def decode_message(data: bytes, message: Message) -> dict[str, Any]:
             obj.setdefault(field.name, []).append(decoded)
         else:
             obj[field.name] = decoded
-    for number, field in message.fields.items():
+    for field in message.fields.values():
         if field.name not in obj:
             continue
         value = obj[field.name]

@@ -92,7 +92,8 @@ def from_crd(crd: dict[str, Any]) -> ResourceType:
         short_names=list(names.get("shortNames") or []),
         categories=list(names.get("categories") or []),
         subresources=tuple(sorted(subresources)),
-        schemas={v["name"]: CustomResourceSchema((v.get("schema") or {}).get("openAPIV3Schema") or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+        schemas={v["name"]: CustomResourceSchema((v.get("schema") or {}).get("openAPIV3Schema")
+                                                 or {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
                  for v in served},
         printer_columns={v["name"]: list(v.get("additionalPrinterColumns") or []) for v in served},
         crd_name=crd["metadata"]["name"],

@@ -10,10 +10,17 @@ import datetime
 import json
 import random
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from pets_api.k8s_names import (DNS1035_LABEL_MAX, DNS1123_LABEL_MAX, DNS1123_SUBDOMAIN_MAX, is_dns1035_label,
-                                  is_dns1123_label, is_dns1123_subdomain)
+from pets_api.k8s_names import (
+    DNS1035_LABEL_MAX,
+    DNS1123_LABEL_MAX,
+    DNS1123_SUBDOMAIN_MAX,
+    is_dns1035_label,
+    is_dns1123_label,
+    is_dns1123_subdomain,
+)
 
 from . import errors
 from .patch import JSON as JSON_PATCH
@@ -21,6 +28,7 @@ from .patch import MERGE, STRATEGIC, apply_patch
 from .resources import Registry, ResourceType, from_crd
 from .store import Obj, Store
 
+MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
 NAMESPACE_KEY = ("", "namespaces")
@@ -105,7 +113,8 @@ class Storage:
             if self.store.get(NAMESPACE_KEY, "", namespace) is None:
                 raise errors.not_found("namespaces", "", namespace)
             if self.store.get(NAMESPACE_KEY, "", namespace)["metadata"].get("deletionTimestamp"):
-                raise errors.ApiError(403, "Forbidden", f'{resource.plural} "{name}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated')
+                raise errors.ApiError(403, "Forbidden", f'{resource.plural} "{name}" is forbidden: '
+                                      f"unable to create new content in namespace {namespace} because it is being terminated")
             meta["namespace"] = namespace
         else:
             meta.pop("namespace", None)
@@ -177,7 +186,8 @@ class Storage:
         for index, container in enumerate(containers):
             for required in ("name", "image"):
                 if not container.get(required):
-                    raise errors.invalid("Pod", "", name, [{"reason": "FieldValueRequired", "field": f"spec.containers[{index}].{required}", "message": "Required value"}])
+                    raise errors.invalid("Pod", "", name, [{"reason": "FieldValueRequired", "field": f"spec.containers[{index}].{required}",
+                                                            "message": "Required value"}])
         self._admit_pod_volumes(name, spec)
         spec.setdefault("restartPolicy", "Always")
         spec.setdefault("terminationGracePeriodSeconds", 30)
@@ -273,7 +283,8 @@ class Storage:
         wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
         if not wanted_rv and resource.is_custom:
             raise errors.invalid(resource.kind, resource.group, name, [{
-                "reason": "FieldValueInvalid", "field": "metadata.resourceVersion", "message": "Invalid value: 0x0: must be specified for an update"}])
+                "reason": "FieldValueInvalid", "field": "metadata.resourceVersion",
+                "message": "Invalid value: 0x0: must be specified for an update"}])
         body_name = (body.get("metadata") or {}).get("name")
         if body_name and body_name != name:
             raise errors.bad_request(f'the name of the object ({body_name}) does not match the name on the URL ({name})')
@@ -297,7 +308,7 @@ class Storage:
             new_meta = new["metadata"] = {}
         wanted_rv = new_meta.get("resourceVersion")
         if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
-            raise errors.conflict(resource.plural, resource.group, name, "the object has been modified; please apply your changes to the latest version and try again")
+            raise errors.conflict(resource.plural, resource.group, name, MODIFIED)
         if subresource == "status":
             merged = copy.deepcopy(current)
             if "status" in new:
@@ -377,9 +388,10 @@ class Storage:
         meta = current["metadata"]
         preconditions = options.get("preconditions") or {}
         if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
-            raise errors.conflict(resource.plural, resource.group, name, f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta['uid']}")
+            raise errors.conflict(resource.plural, resource.group, name,
+                                  f"Precondition failed: UID in precondition: {preconditions['uid']}, UID in object meta: {meta['uid']}")
         if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != meta["resourceVersion"]:
-            raise errors.conflict(resource.plural, resource.group, name, "the object has been modified; please apply your changes to the latest version and try again")
+            raise errors.conflict(resource.plural, resource.group, name, MODIFIED)
         policy = options.get("propagationPolicy") or ("Orphan" if options.get("orphanDependents") else "Background")
         finalizers = list(meta.get("finalizers") or [])
         if policy == "Foreground" and "foregroundDeletion" not in finalizers:

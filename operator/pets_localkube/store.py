@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 Key = tuple[str, str]  # (group, plural)
 Obj = dict[str, Any]

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -69,7 +70,7 @@ class WatchOptions:
     include_object: str | None = None  # includeObject of the Table rows
 
     @classmethod
-    def parse(cls, query: Mapping[str, str], accept: str) -> "WatchOptions":
+    def parse(cls, query: Mapping[str, str], accept: str) -> WatchOptions:
         timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
         since = query.get("resourceVersion", "")
         if since and not since.isdigit():

@@ -8,10 +8,9 @@ Kueue's plain-Pod group labels and annotations (`_scheduling`; Kueue's webhook a
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Mapping, Sequence
-
-from pets_api import API_VERSION, KIND
+from typing import Any
 
 from pets_api import contract, names
 from pets_api.ownership import owner_reference

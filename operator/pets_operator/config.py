@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from pets_api.contract import TRAINER_COMMAND
 from pets_api.k8s_names import is_dns1123_label, is_dns1123_subdomain

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from pets_api.metric_lines import EPOCH, EVENT, PRINTED, parse_progress_lines
 

@@ -11,7 +11,7 @@ it is created again (it may have been deleted before the index ever saw it).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 EXPECTATION_SECONDS = 30.0
 

@@ -28,9 +28,7 @@ from typing import Any
 
 import kopf
 
-from pets_api import GROUP, KIND, PLURAL, VERSION
-
-from pets_api import names
+from pets_api import GROUP, KIND, PLURAL, VERSION, names
 
 from . import metrics
 from .config import from_environ

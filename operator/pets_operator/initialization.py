@@ -8,13 +8,14 @@ phase Pending until pod 0 says it is done; then `Initialized=True`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 from pets_api import contract
+from pets_api.metric_lines import EVENT, INIT, INITIALIZED
 
 from . import builders
-from pets_api.metric_lines import EVENT, INIT, INITIALIZED
 
 DOWNLOADING = "Downloading"
 DOWNLOADED = "Downloaded"

@@ -13,8 +13,9 @@ operator's own calls, and every failed answer is reported (`on_error`: the API e
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from importlib.metadata import version
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import kopf

@@ -11,11 +11,10 @@ every call of this client until then (`Throttle`); the callers retry failed call
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
-from pathlib import Path
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import kubernetes
 import urllib3

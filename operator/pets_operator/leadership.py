@@ -25,8 +25,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import urllib3
 from kubernetes.client import CoordinationV1Api
@@ -165,7 +166,7 @@ class Leadership:
     def where(self) -> str:
         return f"Lease {self.lock.namespace}/{self.lock.name}"
 
-    def start(self) -> "Leadership":
+    def start(self) -> Leadership:
         log.info("standing for leader: %s, identity %s", self.where, self.identity)
         self._thread = threading.Thread(target=self._elect, name="leader-election", daemon=True)
         self._thread.start()

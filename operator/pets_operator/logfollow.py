@@ -21,9 +21,10 @@ import functools
 import logging
 import ssl
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -191,7 +192,7 @@ class LogStreams:
             self.on_error(verb, resource, error)
 
     def follow(self, namespace: str, pod: str, container: str, uid: str, book: EpochBook,
-               on_drained: Callable[[], None], attempt: int | None = None) -> "AsyncPodLogFollower":
+               on_drained: Callable[[], None], attempt: int | None = None) -> AsyncPodLogFollower:
         follower = AsyncPodLogFollower(self, namespace, pod, container, uid, book, on_drained, attempt)
         self.followers.add(follower)
         follower.start()
@@ -213,7 +214,7 @@ class AsyncPodLogFollower:
         self.drained = asyncio.Event()
         self._task: asyncio.Task | None = None
 
-    def start(self) -> "AsyncPodLogFollower":
+    def start(self) -> AsyncPodLogFollower:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"log-{self.pod}")
         return self
 

@@ -19,12 +19,20 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 from urllib.parse import parse_qs
 
-from prometheus_client import (REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics,
-                               start_http_server)
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 

@@ -8,8 +8,9 @@ finalizer holds it.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from pets_api import KIND
 

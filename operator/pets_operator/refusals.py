@@ -9,10 +9,10 @@ object that is not its own (`occupants`): the runner adopts its own.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
-from typing import Iterator, Mapping
 
 from .occupants import Occupant
 

@@ -15,7 +15,8 @@ import random
 import socket
 import sys
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .config import ConfigError, OperatorConfig, from_environ
 
@@ -140,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     import kopf  # only now: `--help` and configuration errors need no kopf
     from kubernetes.config import ConfigException
 
-    from . import handlers  # noqa: F401 - registers the handlers
-    from . import kopf_api, leadership, metrics
+    from . import (
+        handlers,  # noqa: F401 - registers the handlers
+        kopf_api,
+        leadership,
+        metrics,
+    )
 
     kopf.configure(**log_options(config, args.log_format))
     counted = metrics.default()

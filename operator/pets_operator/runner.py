@@ -21,9 +21,10 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from pets_api import contract
 

@@ -8,7 +8,8 @@ fills in the operator's configured trainer image, the one default the CRD cannot
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pets_api.contract import apply_schema_defaults, schema_default, spec_schema
 

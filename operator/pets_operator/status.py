@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pets_api import names
 from pets_api.phases import FAILED, FAILURE_REASONS, FINAL_PHASES, PENDING, PHASES, RUNNING, SUCCEEDED, SUSPENDED  # noqa: F401

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from pets_api.names import is_dns1123_subdomain, job_name_problems
 from pets_api.quantities import parse_quantity
+
 from .spec import FUNCTION_MOUNT_PATH, SCRATCH_MOUNT_PATHS, data_mount_path
 
 MAX_WORLD_SIZE = 1024  # numNodes x processesPerNode: beyond this a single rendezvous is not sensible

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from pets_localkube import LocalCluster, product
 
-from tests.e2e.conftest import (REPO, api, operator_process, pytest_runtest_makereport,  # noqa: F401
-                                wait_for_fixture)
+from pets_localkube import LocalCluster, product
+from tests.e2e.conftest import REPO, api, operator_process, pytest_runtest_makereport, wait_for_fixture  # noqa: F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 

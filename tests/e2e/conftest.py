@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import kubernetes
 import pytest
@@ -43,7 +44,7 @@ class OperatorProcess:
         self.process: subprocess.Popen | None = None
         self.starts = 0
 
-    def start(self) -> "OperatorProcess":
+    def start(self) -> OperatorProcess:
         self.starts += 1
         log = (self.log_dir / f"operator-{self.starts}.log").open("wb")
         self.process = subprocess.Popen([sys.executable, "-m", "pets_operator", "run"], env=self.env,

@@ -86,7 +86,7 @@ class KueueStandIn:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="kueue-stand-in", daemon=True)
 
-    def start(self) -> "KueueStandIn":
+    def start(self) -> KueueStandIn:
         self.webhook.start()
         self._thread.start()
         return self

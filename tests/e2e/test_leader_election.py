@@ -109,8 +109,8 @@ def field_manager(request: Request) -> str | None:
 
 def writers_in_order(*replicas: Replica) -> list[str]:
     """Who wrote the job's status, patch after patch (by arrival), runs of one writer collapsed."""
-    patches = sorted(((r.arrived, field_manager(r), replica.name) for replica in replicas
-                      for r in replica.status_patches()))
+    patches = sorted((r.arrived, field_manager(r), replica.name) for replica in replicas
+                      for r in replica.status_patches())
     for _, manager, sender in patches:
         assert manager == sender, f"a status patch sent by {sender} names {manager} as its field manager"
     order: list[str] = []

@@ -113,7 +113,7 @@ def test_a_job_is_deleted_while_no_operator_runs(api, operator_process, stand_in
 
 
 class TextLogOperator(OperatorProcess):
-    def start(self) -> "TextLogOperator":
+    def start(self) -> TextLogOperator:
         self.starts += 1
         log = (self.log_dir / f"operator-{self.starts}.log").open("wb")
         self.process = subprocess.Popen([sys.executable, "-m", "pets_operator", "run", "--log-format", "text"],

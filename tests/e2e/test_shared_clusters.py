@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pets_localkube import LocalCluster
-from pets_localkube.gang import DEFAULT_GANG_SCHEDULER
 from pets_api import GROUP, PLURAL, VERSION
 from pets_api.metric_lines import parse_lines
-from tests.support.fault_proxy import FaultProxy
+from pets_localkube import LocalCluster
+from pets_localkube.gang import DEFAULT_GANG_SCHEDULER
 from tests.e2e.kueue_stand_in import FINALIZER, GATE, KueueStandIn
+from tests.support.fault_proxy import FaultProxy
 
 pytestmark = pytest.mark.e2e
 

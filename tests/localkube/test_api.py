@@ -142,7 +142,8 @@ def test_a_noop_update_keeps_the_resource_version(core):
 def test_status_is_written_only_through_the_status_subresource(custom):
     created = custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, {**job("s"), "status": {"phase": "Running"}})
     assert "status" not in created
-    patched = custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "s", {"status": {"phase": "Failed"}, "metadata": {"labels": {"x": "y"}}})
+    patched = custom.patch_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "s",
+                                                    {"status": {"phase": "Failed"}, "metadata": {"labels": {"x": "y"}}})
     assert "status" not in patched and patched["metadata"]["labels"] == {"x": "y"} and patched["metadata"]["generation"] == 1
     with_status = custom.patch_namespaced_custom_object_status(GROUP, VERSION, "default", PLURAL, "s",
                                                                {"status": {"phase": "Running", "accuracy": 0.5}, "spec": {"epochs": 99}})
@@ -154,7 +155,8 @@ def test_status_is_written_only_through_the_status_subresource(custom):
 
 def test_status_writes_are_validated_too(custom):
     custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, job("v"))
-    status, body = error_of(lambda: custom.patch_namespaced_custom_object_status(GROUP, VERSION, "default", PLURAL, "v", {"status": {"phase": "Exploded"}}))
+    status, body = error_of(lambda: custom.patch_namespaced_custom_object_status(GROUP, VERSION, "default", PLURAL, "v",
+                                                                                 {"status": {"phase": "Exploded"}}))
     assert status == 422
     assert body["details"]["causes"][0]["field"] == "status.phase"
     assert 'Unsupported value: "Exploded": supported values: "Pending", "Running", "Suspended", "Succeeded", "Failed"' in body["message"]
@@ -190,7 +192,8 @@ def test_a_valid_job_gets_the_schema_defaults(custom):
     made = custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL,
                                                   job("d", resources={"requests": {"cpu": "500m", "memory": 1073741824}}, checkpoint={}))
     spec = made["spec"]
-    assert (spec["numNodes"], spec["processesPerNode"], spec["model"], spec["mixedPrecision"], spec["seed"], spec["epochs"]) == (1, 1, "resnet50d", "no", 42, 5)
+    fields = ("numNodes", "processesPerNode", "model", "mixedPrecision", "seed", "epochs")
+    assert tuple(spec[field] for field in fields) == (1, 1, "resnet50d", "no", 42, 5)
     assert spec["maxLearningRate"] == 0.03 and spec["masterPort"] == 29500 and spec["checkpoint"] == {"path": "/checkpoints", "resumeFrom": "SameJob"}
     assert spec["data"]["synthetic"] == {"classes": 2, "imagesPerClass": 4, "imageSize": 64}
     assert spec["resources"]["requests"] == {"cpu": "500m", "memory": 1073741824}
@@ -217,8 +220,8 @@ def test_an_invalid_job_is_refused_as_the_crd_says(custom, spec, field, message)
 
 
 def test_a_job_without_spec_is_refused(custom):
-    status, body = error_of(lambda: custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL,
-                                                                          {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PetsTrainingJob", "metadata": {"name": "e"}}))
+    without_spec = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "PetsTrainingJob", "metadata": {"name": "e"}}
+    status, body = error_of(lambda: custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, without_spec))
     # The CRD has CEL rules: as on a real server, a missing spec also keeps them from running, and that is said.
     assert status == 422 and body["message"] == (
         'PetsTrainingJob.training.pets.dev "e" is invalid: [spec: Required value, <nil>: Invalid value: null: some validation '
@@ -248,8 +251,10 @@ def test_a_crd_applied_later_is_served_and_its_deletion_removes_its_objects(api)
     made = extensions.create_custom_resource_definition(crd)
     assert {c.type for c in made.status.conditions} == {"Established", "NamesAccepted"}
     custom = client.CustomObjectsApi(api)
-    custom.create_cluster_custom_object("example.com", "v1", "widgets", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "size": 2})
-    status, _ = error_of(lambda: custom.create_cluster_custom_object("example.com", "v1", "widgets", {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}, "size": 9}))
+    def widget(name, size):
+        return {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "size": size}
+    custom.create_cluster_custom_object("example.com", "v1", "widgets", widget("w", 2))
+    status, _ = error_of(lambda: custom.create_cluster_custom_object("example.com", "v1", "widgets", widget("x", 9)))
     assert status == 422
     extensions.delete_custom_resource_definition("widgets.example.com")
     wait_for(lambda: gone(lambda: extensions.read_custom_resource_definition("widgets.example.com")), what="the CRD to go")
@@ -268,7 +273,10 @@ def test_dependents_are_garbage_collected_with_their_owner(core, custom):
     core.create_namespaced_config_map("default", two_owners)
     custom.delete_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, "owner")
     wait_for(lambda: gone(lambda: core.read_namespaced_config_map("owned", "default")), what="the dependent to be collected")
-    shared = wait_for(lambda: (lambda cm: cm if len(cm.metadata.owner_references) == 1 else None)(core.read_namespaced_config_map("shared", "default")))
+    def shared_with_one_owner():
+        config_map = core.read_namespaced_config_map("shared", "default")
+        return config_map if len(config_map.metadata.owner_references) == 1 else None
+    shared = wait_for(shared_with_one_owner)
     assert shared.metadata.owner_references[0].uid == other.metadata.uid
 
 

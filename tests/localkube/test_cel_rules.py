@@ -21,6 +21,13 @@ CRD = Path(__file__).resolve().parents[2] / "manifests" / "crd.yaml"
 MUTABLE_SPEC_FIELDS = {"activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"}
 
 
+def json_type_name(value) -> str:
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array")):
+        if isinstance(value, kind):
+            return name
+    return "object"
+
+
 def rules_schema(spec_properties: dict, spec_rules: list | None = None, **spec_extra) -> dict:
     spec = {"type": "object", "properties": spec_properties, **spec_extra}
     if spec_rules is not None:
@@ -63,7 +70,8 @@ def test_without_a_message_the_detail_is_the_failed_rule():
 def test_rules_run_for_every_list_item_and_map_value_with_their_paths():
     schema = rules_schema({
         "ports": {"type": "array", "items": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 1024", "message": "high ports only"}]}},
-        "labels": {"type": "object", "additionalProperties": {"type": "string", "x-kubernetes-validations": [{"rule": "size(self) <= 3", "message": "short"}]}},
+        "labels": {"type": "object", "additionalProperties": {
+            "type": "string", "x-kubernetes-validations": [{"rule": "size(self) <= 3", "message": "short"}]}},
     })
     causes = check(schema, {"ports": [2000, 80, 22], "labels": {"a": "ok", "b": "toolong"}})
     assert [c["field"] for c in causes] == ["spec.labels[b]", "spec.ports[1]", "spec.ports[2]"]
@@ -277,7 +285,7 @@ def test_changing_an_immutable_field_is_refused_with_its_path_and_message(projec
                          nodeSelector={"pool": "a"}, resources={"limits": {"cpu": "1"}}, checkpoint={"hostPath": "/a"})
     causes = changed(project, current, **{field: value})
     assert causes == [{"reason": "FieldValueInvalid", "field": f"spec.{field}",
-                       "message": f'Invalid value: "{"integer" if isinstance(value, int) else "number" if isinstance(value, float) else "string" if isinstance(value, str) else "array" if isinstance(value, list) else "object"}": '
+                       "message": f'Invalid value: "{json_type_name(value)}": '
                                   f"{field} is immutable: delete and recreate the job to change it"}]
 
 

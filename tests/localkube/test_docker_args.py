@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from pets_localkube.runtimes.docker_args import (
     ContainerConfigError,
     create_args,

@@ -81,7 +81,8 @@ def test_apply_of_an_invalid_job_is_refused_with_the_crd_message(run_kubectl, tm
     done = run_kubectl("apply", "-f", str(bad), check=False)
     assert done.returncode != 0
     # kubectl renders the Status causes itself, as it does for a real cluster's answer.
-    assert 'The PetsTrainingJob "bad" is invalid: spec.numNodes: Invalid value: 0: spec.numNodes in body should be greater than or equal to 1' in done.stderr
+    assert ('The PetsTrainingJob "bad" is invalid: spec.numNodes: Invalid value: 0: '
+            "spec.numNodes in body should be greater than or equal to 1") in done.stderr
 
 
 def test_get_pods_and_nodes_and_api_resources(run_kubectl):

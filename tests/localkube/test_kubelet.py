@@ -89,7 +89,8 @@ def test_cluster_dns_names_and_master_ports_are_mapped_per_rendezvous(core):
 
 def test_volume_mount_paths_in_env_become_local_directories(core, tmp_path):
     host_dir = tmp_path / "host"
-    pod = python_pod("vol", "import os; open(os.environ['DATA_DIR'] + '/x.txt', 'w').write('data'); print(os.environ['DATA_DIR']); print(os.environ['CKPT'])",
+    pod = python_pod("vol", "import os; open(os.environ['DATA_DIR'] + '/x.txt', 'w').write('data'); "
+                            "print(os.environ['DATA_DIR']); print(os.environ['CKPT'])",
                      env=[{"name": "DATA_DIR", "value": "/data/images"}, {"name": "CKPT", "value": "/checkpoints"}],
                      volumeMounts=[{"name": "data", "mountPath": "/data"}, {"name": "ckpt", "mountPath": "/checkpoints"}])
     pod["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": str(host_dir)}}, {"name": "ckpt", "emptyDir": {}}]
@@ -150,7 +151,8 @@ def test_a_bare_command_resolves_beside_the_running_python_first(core):
 
 def test_on_failure_restarts_until_success(core, tmp_path):
     marker = tmp_path / "tries"
-    code = f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); sys.exit(0 if n >= 1 else 1)"
+    code = (f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); n = len(p.read_text()) if p.exists() else 0; "
+            "p.write_text('x' * (n + 1)); sys.exit(0 if n >= 1 else 1)")
     core.create_namespaced_pod("default", python_pod("retry", code, restart="OnFailure"))
     done = finished(core, "retry")
     assert done.status.phase == "Succeeded" and done.status.container_statuses[0].restart_count == 1
@@ -158,7 +160,8 @@ def test_on_failure_restarts_until_success(core, tmp_path):
 
 
 def test_deleting_a_running_pod_terminates_its_process(core, local_cluster):
-    code = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('terminated', flush=True), sys.exit(0))); print('up', flush=True); time.sleep(60)"
+    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: (print('terminated', flush=True), sys.exit(0))); "
+            "print('up', flush=True); time.sleep(60)")
     core.create_namespaced_pod("default", python_pod("sleeper", code))
     wait_for(lambda: log_or_empty(core, "sleeper").strip() == "up", what="the process to start")
     running = core.read_namespaced_pod("sleeper", "default")

@@ -9,7 +9,14 @@ import base64
 from kubernetes import client
 
 from pets_localkube.client import Client
-from pets_localkube.node import LEASE_DURATION_SECONDS, LEASE_NAMESPACE, NodeAgent, lease_object, node_labels, node_status
+from pets_localkube.node import (
+    LEASE_DURATION_SECONDS,
+    LEASE_NAMESPACE,
+    NodeAgent,
+    lease_object,
+    node_labels,
+    node_status,
+)
 from pets_localkube.projected import token_request
 from pets_localkube.runtimes.process import with_transitions
 

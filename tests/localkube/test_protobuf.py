@@ -3,6 +3,7 @@ would send (the end-to-end check with the real kubectl is in test_kubectl_fideli
 from __future__ import annotations
 
 import pytest
+
 from pets_localkube import protobuf
 
 
@@ -44,7 +45,8 @@ def test_a_secret_with_maps_bytes_and_a_pointer_bool():
 
 
 def test_a_service_with_int_or_string_ports_negative_ints_and_empty_structs():
-    port = lambda *parts: field(1, b"".join(parts))
+    def port(*parts):
+        return field(1, b"".join(parts))
     spec = (port(field(1, b"http"), field(2, b"TCP"), field(3, 80), field(4, field(1, 0) + field(2, 8080)), field(5, 0))
             + port(field(1, b"tls"), field(3, 443), field(4, field(1, 1) + field(3, b"https")))
             + field(2, field(1, b"app") + field(2, b"web")) + field(4, b"ClusterIP") + field(13, 0)

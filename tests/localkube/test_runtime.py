@@ -15,6 +15,7 @@ import time
 
 import pytest
 from kubernetes import client
+
 from pets_localkube import LocalCluster
 from pets_localkube.runtimes.process import SHIM
 
@@ -126,7 +127,8 @@ def test_a_missing_directory_of_type_directory_keeps_the_pod_creating_with_faile
     missing = tmp_path / "not-yet"
     core.create_namespaced_pod("default", host_path_pod("waits", missing, "Directory"))
     failed = wait_for(lambda: events_of(core, "waits", "FailedMount"), what="a FailedMount event")[0]
-    assert failed.type == "Warning" and failed.message == f'MountVolume.SetUp failed for volume "data" : hostPath type check failed: {missing} is not a directory'
+    assert failed.type == "Warning"
+    assert failed.message == f'MountVolume.SetUp failed for volume "data" : hostPath type check failed: {missing} is not a directory'
     assert (failed.source.component, failed.source.host) == ("kubelet", "local-node")
     pod = core.read_namespaced_pod("waits", "default")
     assert failed.involved_object.uid == pod.metadata.uid and failed.involved_object.kind == "Pod"
@@ -163,7 +165,8 @@ def test_host_path_type_checks_fail_as_the_kubelet_reports_them(core, tmp_path, 
 
 def test_the_or_create_types_create_what_is_missing_and_the_default_type_is_unset(core, tmp_path):
     directory, file = tmp_path / "made" / "dir", tmp_path / "file"
-    core.create_namespaced_pod("default", host_path_pod("mkdir", directory, "DirectoryOrCreate", "import os; print(os.path.isdir(os.environ['DATA']))"))
+    code = "import os; print(os.path.isdir(os.environ['DATA']))"
+    core.create_namespaced_pod("default", host_path_pod("mkdir", directory, "DirectoryOrCreate", code))
     core.create_namespaced_pod("default", host_path_pod("touch", file, "FileOrCreate", "import os; print(os.path.isfile(os.environ['DATA']))"))
     unset = core.create_namespaced_pod("default", host_path_pod("unset", tmp_path / "plain", None))
     assert unset.spec.volumes[0].host_path.type == ""  # the API's default

@@ -11,8 +11,17 @@ import pytest
 from kubernetes import client
 
 from pets_localkube import LocalCluster
-from pets_localkube.runtimes.simulated import (ANNOTATION, ENV, Schedule, ScheduleError, Workload, parse_schedule,
-                                               plain_log_lines, requested, schedule_of)
+from pets_localkube.runtimes.simulated import (
+    ANNOTATION,
+    ENV,
+    Schedule,
+    ScheduleError,
+    Workload,
+    parse_schedule,
+    plain_log_lines,
+    requested,
+    schedule_of,
+)
 
 from .helpers import api_client, pod_phase, python_pod, wait_for
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pets_localkube import environment, patch, schema, scheduler, selectors, store, tables
+from pets_localkube import environment, patch, scheduler, schema, selectors, store, tables
 from pets_localkube.errors import ApiError
 
 CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "manifests" / "crd.yaml").read_text())

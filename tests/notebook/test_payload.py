@@ -12,9 +12,18 @@ import warnings
 import pytest
 
 from pets_api import function_payload
-from pets_client.launcher import (FUNCTION_KEY, LaunchRefused, UnmountedPathWarning, build_payload,
-                                    cluster_launcher, config_map_body, default_job_name, launch_spec, path_warnings,
-                                    shipped_values)
+from pets_client.launcher import (
+    FUNCTION_KEY,
+    LaunchRefused,
+    UnmountedPathWarning,
+    build_payload,
+    cluster_launcher,
+    config_map_body,
+    default_job_name,
+    launch_spec,
+    path_warnings,
+    shipped_values,
+)
 
 DATA_DIR = "/home/me/pets/images"
 fnames = [f"{DATA_DIR}/beagle_{i}.jpg" for i in range(1, 4)]
@@ -58,7 +67,7 @@ def uses_file():
 
 
 def uses_device_tensor():
-    return device_tensor + 1
+    return device_tensor + 1  # noqa: F821 (set in globals() by the test below)
 
 
 def raises_value_error():

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pets_client.client import PetsClientError
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "tutorial-cluster.ipynb"
 PRINTED = re.compile(r"^epoch (\d+): (\d+\.\d\d)$", re.MULTILINE)
 
@@ -86,5 +88,6 @@ def test_the_tutorial_runs_multi_node_from_a_real_kernel(notebook_cluster, clien
     config_map = client.read_config_map("training-loop-function")
     assert [ref.uid for ref in config_map.metadata.owner_references] == [resource["metadata"]["uid"]]
     job.delete(wait=True, timeout=120)
-    with pytest.raises(Exception):
+    with pytest.raises(PetsClientError) as gone:
         client.read_config_map("training-loop-function")
+    assert gone.value.status == 404

@@ -14,8 +14,14 @@ from kubernetes.client.exceptions import ApiException
 from pets_operator.kopf_api import middleware
 from pets_operator.kube import Kube, KubeError, Throttle, failure_of
 from pets_operator.metrics import request_call
-from pets_operator.refusals import (ApiFailure, CappedBackoffs, CreateFailure, backoff_seconds, is_api_error,
-                                    retry_after_seconds)
+from pets_operator.refusals import (
+    ApiFailure,
+    CappedBackoffs,
+    CreateFailure,
+    backoff_seconds,
+    is_api_error,
+    retry_after_seconds,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -10,7 +10,14 @@ from pets_api import contract, packaged
 from pets_operator import builders
 from pets_operator.spec import with_defaults
 from pets_trainer.config import TrainConfig
-from pets_trainer.launch import LAUNCH_OPTIONS, TRAIN_OPTIONS, build_parser, make_plan, make_train_config, resolve_options
+from pets_trainer.launch import (
+    LAUNCH_OPTIONS,
+    TRAIN_OPTIONS,
+    build_parser,
+    make_plan,
+    make_train_config,
+    resolve_options,
+)
 
 # Spec fields that shape the pods but are no trainer option (each is tested in test_builders).
 NOT_IN_ENV = {

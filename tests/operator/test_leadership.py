@@ -12,8 +12,16 @@ from kubernetes.client.exceptions import ApiException
 from pets_operator import leadership
 from pets_operator.config import LeaseConfig
 from pets_operator.kube import Kube
-from pets_operator.leadership import (FencedLeaseLock, Leadership, LeadershipLost, _LeaseCalls, candidate_identity,
-                                      lease_namespace, may_write, user_agent)
+from pets_operator.leadership import (
+    FencedLeaseLock,
+    Leadership,
+    LeadershipLost,
+    _LeaseCalls,
+    candidate_identity,
+    lease_namespace,
+    may_write,
+    user_agent,
+)
 from pets_operator.run import StandbyHealth
 
 LEASE = LeaseConfig(duration_seconds=4, renew_deadline_seconds=3, retry_period_seconds=1)

@@ -7,10 +7,20 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from pets_operator.kube import KubeError, _created, _unless_missing, failure_of
-from pets_operator.reconcile import reconcile
 from pets_operator.occupants import occupant
-from pets_operator.refusals import (CONFLICT, NOT_SERVED, QUOTA, REFUSED, TRANSIENT, ApiFailure, CreateFailure,
-                                    backoff_seconds, classify, most_severe)
+from pets_operator.reconcile import reconcile
+from pets_operator.refusals import (
+    CONFLICT,
+    NOT_SERVED,
+    QUOTA,
+    REFUSED,
+    TRANSIENT,
+    ApiFailure,
+    CreateFailure,
+    backoff_seconds,
+    classify,
+    most_severe,
+)
 from pets_operator.status import PodView
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

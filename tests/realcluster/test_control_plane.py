@@ -225,7 +225,7 @@ def test_stop_leaves_no_process_behind(control_plane_bin, tmp_path):
         assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
         assert (tmp_path / "out" / "kubeconfig").read_text() == plane.kubeconfig.read_text()
         assert processes_mentioning(str(tmp_path / "cp"))
-    for name, pid in pids.items():
+    for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert processes_mentioning(str(tmp_path / "cp")) == []

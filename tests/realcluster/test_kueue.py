@@ -20,8 +20,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from pets_api import names
-from pets_localkube.kueue import (BUILD_SCRIPT, Kueue, KueueError, configuration, parse_quota, pinned_versions,
-                                   queue_objects, webhook_configurations)
+from pets_localkube.kueue import (
+    BUILD_SCRIPT,
+    Kueue,
+    KueueError,
+    configuration,
+    parse_quota,
+    pinned_versions,
+    queue_objects,
+    webhook_configurations,
+)
 from pets_operator import builders
 from pets_operator.spec import with_defaults
 from tests.realcluster.test_control_plane import new_namespace, wait_for

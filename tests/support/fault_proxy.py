@@ -130,7 +130,7 @@ class FaultProxy:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._thread = threading.Thread(target=self._main, name="fault-proxy", daemon=True)
         self._thread.start()
@@ -145,7 +145,7 @@ class FaultProxy:
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(30)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

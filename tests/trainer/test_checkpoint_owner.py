@@ -10,8 +10,15 @@ import pytest
 import torch
 
 from pets_api.contract import RESUME_FROM_CHOICES
-from pets_trainer.checkpoint import (ANY_JOB, FINISHED_MARKER, SAME_JOB, Owner, epoch_dir, ownership_problem,
-                                     restore_checkpoint)
+from pets_trainer.checkpoint import (
+    ANY_JOB,
+    FINISHED_MARKER,
+    SAME_JOB,
+    Owner,
+    epoch_dir,
+    ownership_problem,
+    restore_checkpoint,
+)
 from pets_trainer.errors import ConfigError
 from pets_trainer.launch import TRAIN_OPTIONS, build_parser, make_train_config, resolve_options
 

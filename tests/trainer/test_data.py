@@ -9,7 +9,13 @@ from torchvision.transforms import Compose, Resize, ToTensor
 
 from pets_trainer.config import TrainConfig
 from pets_trainer.data import (
-    DecodeSteps, PetsDataset, build_dataloaders, build_datasets, eval_shard, split_indices, train_decode_steps,
+    DecodeSteps,
+    PetsDataset,
+    build_dataloaders,
+    build_datasets,
+    eval_shard,
+    split_indices,
+    train_decode_steps,
     train_draft_size,
 )
 from pets_trainer.errors import DataError

@@ -79,7 +79,7 @@ def test_two_pets_train_processes_rendezvous_like_two_pods(tmp_path, trainer_pro
     )
     pods = [trainer_processes.start(trainer_env(**common, MACHINE_RANK=str(rank))) for rank in (0, 1)]
     outputs = [pod.communicate(timeout=300) for pod in pods]
-    for pod, (stdout, stderr) in zip(pods, outputs):
+    for pod, (_stdout, stderr) in zip(pods, outputs):
         assert pod.returncode == 0, stderr[-3000:]
     rank0_events = parse_metric_lines(outputs[0][0])
     epochs = epoch_events(rank0_events)

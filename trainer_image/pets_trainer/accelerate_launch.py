@@ -24,8 +24,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import termination_message_written, write_termination_message
 

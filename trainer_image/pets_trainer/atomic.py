@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 
 def write_atomically(target: Path, write: Callable[[BinaryIO], None], mode: int | None = None) -> None:

@@ -50,7 +50,7 @@ class Owner:
             object.__setattr__(self, key, getattr(self, key) or None)
 
     @classmethod
-    def from_record(cls, record: object) -> "Owner":
+    def from_record(cls, record: object) -> Owner:
         """What a checkpoint's `owner` says; a checkpoint without one (by hand, an older trainer) has no uid."""
         if not isinstance(record, dict):
             return cls()

@@ -71,7 +71,7 @@ class TrainConfig:
     def effective_eval_batch_size(self) -> int:
         return self.eval_batch_size or 2 * self.batch_size
 
-    def replace(self, **changes) -> "TrainConfig":
+    def replace(self, **changes) -> TrainConfig:
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
             raise ConfigError(f"unknown training parameter(s): {', '.join(unknown)}")
@@ -81,7 +81,7 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "TrainConfig":
+    def from_json(cls, text: str) -> TrainConfig:
         try:
             values = json.loads(text)
         except json.JSONDecodeError as error:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 TERMINATION_MESSAGE_ENV = "TERMINATION_MESSAGE_PATH"  # the pod contract's name (pets_api.contract)
 TERMINATION_MESSAGE_LIMIT = 4096  # bytes Kubernetes keeps of a termination message

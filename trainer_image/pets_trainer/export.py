@@ -22,9 +22,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from .atomic import write_atomically
 from .errors import ConfigError, TrainerError, report_error

@@ -31,9 +31,9 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
 
 from pets_api.contract import OXFORD_PETS_MD5, OXFORD_PETS_URL  # noqa: F401 (data.oxfordPets: one source)
 

@@ -31,14 +31,21 @@ import os
 import pickle
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pets_api import function_payload
 
 from .errors import ConfigError, TrainerError, record_for_torch_elastic, report_error, write_termination_message
-from .world import (World, WorldMismatch, WorldWatch, device_accelerator_available, job_world,
-                    use_cpu_without_accelerator)
+from .world import (
+    World,
+    WorldMismatch,
+    WorldWatch,
+    device_accelerator_available,
+    job_world,
+    use_cpu_without_accelerator,
+)
 
 
 class IncompatibleFunction(TrainerError):

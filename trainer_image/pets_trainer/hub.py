@@ -11,8 +11,8 @@ Hub variables apply: `HF_ENDPOINT` (a mirror), `HF_TOKEN` (never printed), `HF_H
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from .errors import TrainerError
 

@@ -15,8 +15,9 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from pets_api import contract
 

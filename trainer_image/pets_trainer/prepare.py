@@ -11,9 +11,9 @@ which the operator puts into status.message with that reason.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from pets_api import metric_lines
 

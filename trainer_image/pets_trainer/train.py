@@ -12,10 +12,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F

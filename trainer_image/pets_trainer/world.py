@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Callable, Mapping, MutableMapping
 
 from .errors import TrainerError
 

@@ -109,7 +109,7 @@ def kill_marked(marker: str) -> None:
 class ContainerRun:
     """One container of a pod: its shim and main process, restarts and reported state."""
 
-    def __init__(self, worker: "PodWorker", spec: dict[str, Any], init: bool = False):
+    def __init__(self, worker: PodWorker, spec: dict[str, Any], init: bool = False):
         self.worker = worker
         self.init = init
         self.spec = spec

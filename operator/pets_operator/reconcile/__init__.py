@@ -31,8 +31,9 @@ or an unanswered call is retried with backoff, the first two said on the job.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..initialization import Initialization
 from ..refusals import CreateFailure

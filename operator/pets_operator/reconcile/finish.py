@@ -1,8 +1,9 @@
 """The end of a job: success once every worker succeeded, where its model is, the TTL after it finished (pure)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any
 
 from ..status import FAILED, RUNNING, SUCCEEDED, parse_timestamp
 from .group import alive

@@ -1,8 +1,8 @@
 """The job's pods sorted once per step: the current attempt's by index, the stale, the missing, the lost (pure)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from ..status import PodView
 

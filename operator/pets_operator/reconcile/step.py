@@ -1,9 +1,10 @@
 """One reconcile step's inputs and the status it builds up, condition by condition (pure)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from ..initialization import Initialization
 from ..refusals import CreateFailure

@@ -6,7 +6,7 @@ the pod, the pod staying ContainerCreating: the runner reads those Events (`moun
 (VolumesMounted=False/FailedMount, a Warning Event per new message) until every worker runs."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pets_api import names
 

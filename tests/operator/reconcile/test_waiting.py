@@ -47,8 +47,8 @@ def test_no_scheduled_condition_when_every_worker_fits(spec):
 
 
 def test_a_job_with_downloads_is_pending_and_initializing_until_pod_0_has_them(spec):
-    from pets_operator.initialization import Initialization, fold
     from pets_api.metric_lines import init_event, initialized_event
+    from pets_operator.initialization import Initialization, fold
     from pets_operator.spec import with_defaults
 
     spec = with_defaults({**spec, "pretrained": True, "data": {"oxfordPets": {}, "path": "images"}}, "img")
