@@ -30,6 +30,8 @@ KUEUE_POD_GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_RETRIABLE_IN_GROUP_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+# Kueue's WorkloadPriorityClass of a workload, read from its pods (the job's own label passes it on).
+KUEUE_PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 KUEUE_FINALIZER = "kueue.x-k8s.io/managed"  # Kueue's webhook adds it; only Kueue removes it
 # Gang scheduling: the pod's group, as each scheduler reads it.
 COSCHEDULING_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # scheduler-plugins' Coscheduling
@@ -97,14 +99,19 @@ def pod_group_name(job: str) -> str:
     return job
 
 
-def kueue_pod_group_name(job: str, attempt: int) -> str:
-    """`<job>-<attempt>`: the Kueue pod group (and so Workload) of one group attempt, a DNS-1123 label.
+def kueue_pod_group_name(job: str, attempt: int, uid: str = "") -> str:
+    """`<job>-<uid>-<attempt>`: the Kueue pod group (and so Workload) of one group attempt, a DNS-1123 label;
+    `<uid>` is the job's metadata.uid up to its first '-' (8 hex digits), left out when there is none.
 
     Each attempt is a group of its own: Kueue finishes the group of a failed or preempted attempt and
-    the next one queues anew. The attempt has no '-', so no two (job, attempt) pairs share a name; a
-    job name too long for the suffix is shortened and made unique again with a hash of the whole name.
+    the next one queues anew. The uid keeps a job deleted and created again under its name from
+    sending its first group into the old job's Workload (a finished one, until the garbage collector
+    takes it with the old pods), which would never admit it. Neither the attempt nor the uid part has
+    a '-', so no two (job, uid, attempt) share a name; a job name too long for the suffix is shortened
+    and made unique again with a hash of the whole name.
     """
-    suffix = f"-{attempt}"
+    incarnation = uid.split("-", 1)[0][:8]
+    suffix = f"-{incarnation}-{attempt}" if incarnation else f"-{attempt}"
     if len(job) + len(suffix) <= DNS1123_LABEL_MAX:
         return f"{job}{suffix}"
     digest = hashlib.sha256(job.encode()).hexdigest()[:8]

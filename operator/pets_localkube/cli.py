@@ -54,6 +54,19 @@ def parse_args(argv: list[str], prog: str = "local", crds_help: str = "none") ->
     up.add_argument("--bin-dir", type=Path,
                     help="with --control-plane kubernetes: the directory of the binaries (default: what "
                          "hack/control_plane.sh built)")
+    kueue = up.add_argument_group("Kueue (with --control-plane kubernetes)")
+    kueue.add_argument("--with-kueue", action="store_true",
+                       help="also install and run Kueue (built once by hack/kueue.sh), with a ResourceFlavor, a "
+                            "ClusterQueue of --kueue-quota and a LocalQueue in --kueue-namespace")
+    kueue.add_argument("--kueue-namespace", default="default", help="the LocalQueue's namespace (default: %(default)s)")
+    kueue.add_argument("--kueue-local-queue", default="default", help="the LocalQueue's name (default: %(default)s)")
+    kueue.add_argument("--kueue-cluster-queue", default="cluster-queue",
+                       help="the ClusterQueue's name (default: %(default)s)")
+    kueue.add_argument("--kueue-quota", default=DEFAULT_KUEUE_QUOTA,
+                       help="the ClusterQueue's nominal quota (default: %(default)s, one 2-node group of "
+                            "manifests/job.yaml: 2 x 500m CPU, 2 x 1Gi)")
+    kueue.add_argument("--kueue-bin-dir", type=Path,
+                       help="the kueue binary's directory (default: $PETS_KUEUE_BIN, else what hack/kueue.sh built)")
     down = sub.add_parser("down", help="stop the `local up` of a work directory and every process it started")
     down.add_argument("--workdir", type=Path, required=True, help="the work directory `local up` runs with")
     down.add_argument("--timeout", type=float, default=90, help="seconds to wait for it to end (default: %(default)g)")
@@ -61,6 +74,7 @@ def parse_args(argv: list[str], prog: str = "local", crds_help: str = "none") ->
 
 
 CONTROL_PLANES = ("emulated", "kubernetes")
+DEFAULT_KUEUE_QUOTA = "cpu=1,memory=2Gi"
 PID_FILE = "local-up.pid"  # in the work directory while `local up` runs: "<pid> <start time>"
 
 
@@ -118,6 +132,10 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
         if not crd.is_file():
             print(f"error: CRD manifest {crd} does not exist", file=sys.stderr)
             return 2
+    if args.with_kueue and args.control_plane != "kubernetes":
+        print("error: --with-kueue needs --control-plane kubernetes (Kueue runs against a real API server)",
+              file=sys.stderr)
+        return 2
     crds = args.crd if args.crd is not None else list(default_crds)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pets-local-"))
     stop = threading.Event()
@@ -136,6 +154,14 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
     except (OSError, ControlPlaneError) as error:
         print(f"error: cannot start the local cluster: {error}", file=sys.stderr)
         return 2
+    kueue = None
+    if args.with_kueue:
+        try:
+            kueue = start_kueue(args, cluster)
+        except (OSError, ValueError, RuntimeError) as error:
+            cluster.stop()
+            print(f"error: cannot start Kueue: {error}", file=sys.stderr)
+            return 2
     pid_file = write_pid_file(cluster.workdir)
     try:
         text = cluster.kubeconfig.read_text(encoding="utf-8")
@@ -146,9 +172,30 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
         print(f"{server} at {cluster.url} (node {cluster.node_name}, {cluster.capacity['cpu']} CPUs"
               f"{', simulated pods' if args.simulate else ''}, {args.runtime} runtime); workdir {workdir}")
         print(f"kubeconfig: {cluster.kubeconfig}\n---\n{text}---")
+        if kueue is not None:
+            print(f"Kueue at {kueue.webhook_url} (log {kueue.log}); LocalQueue "
+                  f"{args.kueue_namespace}/{args.kueue_local_queue} onto ClusterQueue {args.kueue_cluster_queue} "
+                  f"(quota {args.kueue_quota})")
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
         stop.wait()
     finally:
+        if kueue is not None:
+            kueue.stop()
         cluster.stop()
         pid_file.unlink(missing_ok=True)
     return 0
+
+
+def start_kueue(args: argparse.Namespace, cluster: Any) -> Any:
+    """Kueue installed into the running control plane, with its queues; stopped by the caller."""
+    from .kueue import Kueue, parse_quota
+
+    quota = parse_quota(args.kueue_quota)
+    kueue = Kueue(cluster.kubeconfig, cluster.workdir / "kueue", bin_dir=args.kueue_bin_dir)
+    kueue.start()
+    try:
+        kueue.serve_namespace(args.kueue_namespace, quota, args.kueue_local_queue, args.kueue_cluster_queue)
+    except BaseException:
+        kueue.stop()
+        raise
+    return kueue

@@ -275,6 +275,19 @@ def queue_objects(namespace: str, quota: Mapping[str, str], local_queue: str, cl
     ]
 
 
+def workload_priority_class(name: str, value: int, description: str = "") -> dict[str, Any]:
+    """A WorkloadPriorityClass: the priority of the Workloads whose pods carry the label
+    `kueue.x-k8s.io/priority-class: <name>` (Kueue's own, not the pods' PriorityClass)."""
+    return {"apiVersion": KUEUE_API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+            "value": int(value), "description": description or f"priority {value}"}
+
+
+def cluster_queue_active(cluster_queue: Mapping[str, Any] | None) -> bool:
+    """Kueue has taken the ClusterQueue up (condition Active=True): it admits workloads from now on."""
+    conditions = ((cluster_queue or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+
+
 # ------------------------------------------------------------------------------------------
 # The API: server-side apply of any of these objects
 # ------------------------------------------------------------------------------------------
@@ -290,6 +303,7 @@ _RESOURCES = {
     "CertificateSigningRequest": ("certificatesigningrequests", False),
     "ResourceFlavor": ("resourceflavors", False), "ClusterQueue": ("clusterqueues", False),
     "LocalQueue": ("localqueues", True), "Workload": ("workloads", True),
+    "WorkloadPriorityClass": ("workloadpriorityclasses", False),
 }
 
 
@@ -519,9 +533,24 @@ class Kueue:
     def create_queues(self, namespace: str, quota: Mapping[str, str], local_queue: str = "default",
                       cluster_queue: str = "cluster-queue", flavor: str = "default-flavor") -> list[dict[str, Any]]:
         """A ResourceFlavor, a ClusterQueue with `quota` and a LocalQueue in `namespace` (which must
-        exist), through Kueue's webhooks; returns them as stored."""
-        return [self._apply_retrying(obj, "create the queues")
-                for obj in queue_objects(namespace, quota, local_queue, cluster_queue, flavor)]
+        exist), through Kueue's webhooks; returns them as stored once the ClusterQueue is Active."""
+        stored = [self._apply_retrying(obj, "create the queues")
+                  for obj in queue_objects(namespace, quota, local_queue, cluster_queue, flavor)]
+        self._step = "queues"
+        self._wait(lambda: cluster_queue_active(self.api.get(stored[1])), f"ClusterQueue {cluster_queue} to be Active")
+        self._step = "running"
+        return stored
+
+    def serve_namespace(self, namespace: str, quota: Mapping[str, str], local_queue: str = "default",
+                        cluster_queue: str = "cluster-queue") -> list[dict[str, Any]]:
+        """The namespace (created if absent) with a LocalQueue onto a ClusterQueue of `quota`: what
+        `python -m pets_localkube.kueue` and `local up --with-kueue` set up after `start()`."""
+        self.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        return self.create_queues(namespace, quota, local_queue, cluster_queue)
+
+    def create_priority_class(self, name: str, value: int, description: str = "") -> dict[str, Any]:
+        """A WorkloadPriorityClass (through Kueue's webhooks)."""
+        return self._apply_retrying(workload_priority_class(name, value, description), "create the priority class")
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -770,8 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     try:
         kueue.start()
-        kueue.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": args.namespace}})
-        kueue.create_queues(args.namespace, args.quota, args.local_queue, args.cluster_queue)
+        kueue.serve_namespace(args.namespace, args.quota, args.local_queue, args.cluster_queue)
     except KueueError as error:
         print(f"error: {error}", file=sys.stderr)
         kueue.stop()

@@ -267,7 +267,8 @@ def _scheduling(job: Mapping[str, Any], spec: Mapping[str, Any], attempt: int,
     Kueue's plain-Pod group: every pod of the attempt carries the queue and the group name (labels) and
     the group's size (annotation); `retriable-in-group: "false"` makes a failed or preempted attempt
     finish as a whole (Kueue then lets its pods go: the operator restarts whole groups, never single
-    pods). The admission gate `kueue.x-k8s.io/admission` and the finalizer are Kueue's: its pod webhook
+    pods). The job's own label `kueue.x-k8s.io/priority-class` (a WorkloadPriorityClass) goes on every
+    pod, where Kueue reads the workload's priority. The admission gate `kueue.x-k8s.io/admission` and the finalizer are Kueue's: its pod webhook
     adds both when it creates a pod of a namespace it manages (and refuses the pod if it cannot be
     reached), and only Kueue removes them. Set here, the gate would hold the pods forever where Kueue
     does not manage the namespace (or does not run).
@@ -279,9 +280,12 @@ def _scheduling(job: Mapping[str, Any], spec: Mapping[str, Any], attempt: int,
     queue = queue_name(job, spec)
     if queue:
         labels[names.KUEUE_QUEUE_NAME_LABEL] = queue
-        labels[names.KUEUE_POD_GROUP_NAME_LABEL] = names.kueue_pod_group_name(name, attempt)
+        labels[names.KUEUE_POD_GROUP_NAME_LABEL] = names.kueue_pod_group_name(name, attempt, job["metadata"].get("uid") or "")
         annotations[names.KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] = str(int(spec["numNodes"]))
         annotations[names.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] = "false"
+        priority = ((job.get("metadata") or {}).get("labels") or {}).get(names.KUEUE_PRIORITY_CLASS_LABEL)
+        if priority:
+            labels[names.KUEUE_PRIORITY_CLASS_LABEL] = priority
     gang = spec.get("gangScheduling")
     if gang is not None:
         scheduler = gang.get("scheduler") or "coscheduling"

@@ -48,6 +48,8 @@ class PodView:
     gates: tuple[str, ...] = ()  # spec.schedulingGates: the pod is not scheduled while it has any
     finalizers: tuple[str, ...] = ()  # metadata.finalizers (e.g. Kueue's), which keep a deleted pod
     disruption: str | None = None  # why it is being deleted, when a DisruptionTarget-style condition says so
+    kueue_group: str | None = None  # its Kueue pod group (so Workload) and LocalQueue, when it has a queue
+    kueue_queue: str | None = None
 
     @property
     def cause(self) -> str | None:
@@ -131,6 +133,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView | None:
         exit_code=exit_code, reason=reason, message=message or status.get("message"),
         unschedulable=unschedulable if not meta.get("deletionTimestamp") else None,
         gates=gates, finalizers=tuple(meta.get("finalizers") or ()), disruption=disruption,
+        kueue_group=labels.get(names.KUEUE_POD_GROUP_NAME_LABEL), kueue_queue=labels.get(names.KUEUE_QUEUE_NAME_LABEL),
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pets_api import GROUP, PLURAL, VERSION
+from pets_api import GROUP, PLURAL, VERSION, names
 from pets_api.metric_lines import parse_lines
 from pets_localkube import LocalCluster
 from pets_localkube.gang import DEFAULT_GANG_SCHEDULER
@@ -110,9 +110,10 @@ def test_kueue_admits_preempts_and_readmits_the_group(api, operator_process, sta
     operator = operator_process({**stand_in_env, **kueue.operator_env})
     try:
         epochs = 25
-        api.create_job("queued", {"numNodes": 2, "epochs": epochs, "model": "resnet10t", "data": {"synthetic": {}},
+        uid = api.create_job("queued", {"numNodes": 2, "epochs": epochs, "model": "resnet10t", "data": {"synthetic": {}},
                                   "queueName": "team-a", "priorityClassName": "batch-low",
-                                  "env": [{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.2"}]})
+                                  "env": [{"name": "STAND_IN_EPOCH_SECONDS", "value": "0.2"}]})["metadata"]["uid"]
+        first, second = (names.kueue_pod_group_name("queued", attempt, uid) for attempt in (0, 1))
 
         def gated():
             pods = api.pods("queued")
@@ -121,7 +122,7 @@ def test_kueue_admits_preempts_and_readmits_the_group(api, operator_process, sta
         pods = wait_for("both pods, gated, held by Kueue's finalizer", gated, 30, operator.logs)
         for pod in pods:
             assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "team-a"
-            assert pod.metadata.labels["kueue.x-k8s.io/pod-group-name"] == "queued-0"
+            assert pod.metadata.labels["kueue.x-k8s.io/pod-group-name"] == first
             assert pod.metadata.annotations["kueue.x-k8s.io/pod-group-total-count"] == "2"
             assert pod.metadata.annotations["kueue.x-k8s.io/retriable-in-group"] == "false"
             assert [g.name for g in pod.spec.scheduling_gates] == [GATE] and pod.spec.node_name is None
@@ -133,7 +134,7 @@ def test_kueue_admits_preempts_and_readmits_the_group(api, operator_process, sta
         kueue.open()
         wait_for("Running", lambda: status_of(api, "queued").get("phase") == "Running", 30, operator.logs)
         wait_for("an epoch", lambda: len(status_of(api, "queued").get("epochs") or []) >= 2, 30, operator.logs)
-        kueue.preempt("queued-0")
+        kueue.preempt(first)
         requeued = wait_for("Requeued", lambda: "Requeued" in conditions(status_of(api, "queued"))
                             and status_of(api, "queued"), 30, operator.logs)
         assert requeued["restarts"] == 0 and requeued["attempt"] == 1
@@ -145,9 +146,9 @@ def test_kueue_admits_preempts_and_readmits_the_group(api, operator_process, sta
         assert done["restarts"] == 0 and done["attempt"] == 1
         assert [e["epoch"] for e in done["epochs"]] == list(range(epochs))
         assert "Failed" not in conditions(done) and "Restarting" not in conditions(done)
-        assert kueue.admitted == ["queued-0", "queued-1"] and kueue.preempted == ["queued-0"]
-        assert kueue.seen_before_admission == {"queued-0": 2, "queued-1": 2}  # no pod placed before its admission
-        wait_for("Kueue to let the finished group go", lambda: "queued-1" in kueue.finished, 10)
+        assert kueue.admitted == [first, second] and kueue.preempted == [first]
+        assert kueue.seen_before_admission == {first: 2, second: 2}  # no pod placed before its admission
+        wait_for("Kueue to let the finished group go", lambda: second in kueue.finished, 10)
         assert "Requeued" in reasons(api, "queued")
         assert "Traceback" not in operator.logs()
     finally:
@@ -161,7 +162,7 @@ def test_a_job_created_suspended_makes_nothing_and_its_queue_label_counts(api, o
     operator = operator_process({**stand_in_env, **kueue.operator_env})
     try:
         kueue.open()
-        api.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, {
+        held = api.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "PetsTrainingJob",
             "metadata": {"name": "held", "namespace": NAMESPACE, "labels": {"kueue.x-k8s.io/queue-name": "team-b"}},
             "spec": {"numNodes": 2, "epochs": 2, "model": "resnet10t", "data": {"synthetic": {}}, "suspend": True,
@@ -178,10 +179,11 @@ def test_a_job_created_suspended_makes_nothing_and_its_queue_label_counts(api, o
                         and status_of(api, "held"), 60, operator.logs)
         assert done["phase"] == "Succeeded", done.get("message")
         assert done["attempt"] == 0 and done["restarts"] == 0 and not done.get("suspendedSeconds")
+        group = names.kueue_pod_group_name("held", 0, held["metadata"]["uid"])
         for pod in api.pods("held"):
             assert pod.metadata.labels["kueue.x-k8s.io/queue-name"] == "team-b"
-            assert pod.metadata.labels["kueue.x-k8s.io/pod-group-name"] == "held-0"
-        assert kueue.admitted == ["held-0"]
+            assert pod.metadata.labels["kueue.x-k8s.io/pod-group-name"] == group
+        assert kueue.admitted == [group]
         assert reasons(api, "held").count("Suspended") == 1 and reasons(api, "held").count("Resumed") == 1
     finally:
         kueue.stop()

@@ -34,7 +34,8 @@ def test_spec_queue_name_makes_each_attempt_one_kueue_pod_group(job, spec, index
     pod = builders.pod_body(job, shared(spec, queueName="team-a"), index, attempt=3)
     labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
     assert labels[names.KUEUE_QUEUE_NAME_LABEL] == "team-a"
-    assert labels[names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-3"  # the attempt's group: one Workload per attempt
+    # The attempt's group, one Workload per attempt, of this job (uid-1: its uid up to the first '-').
+    assert labels[names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-uid-3"
     assert annotations[names.KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] == "2"  # numNodes, as a string
     assert annotations[names.KUEUE_RETRIABLE_IN_GROUP_ANNOTATION] == "false"
     # Kueue's webhook gates the pods (until it admits the whole group) and adds its finalizer, where it
@@ -48,7 +49,7 @@ def test_the_job_s_own_queue_name_label_is_honoured_and_spec_wins(job, spec):
     labelled = {**job, "metadata": {**job["metadata"], "labels": {names.KUEUE_QUEUE_NAME_LABEL: "from-label"}}}
     pod = builders.pod_body(labelled, spec, 0, attempt=0)
     assert pod["metadata"]["labels"][names.KUEUE_QUEUE_NAME_LABEL] == "from-label"
-    assert pod["metadata"]["labels"][names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-0"
+    assert pod["metadata"]["labels"][names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-uid-0"
     assert pod["metadata"]["annotations"][names.KUEUE_POD_GROUP_TOTAL_COUNT_ANNOTATION] == "2"
     assert builders.queue_name(labelled, spec) == "from-label"
     assert builders.queue_name(labelled, shared(spec, queueName="from-spec")) == "from-spec"
@@ -60,13 +61,59 @@ def test_without_a_queue_the_pods_carry_nothing_of_kueue(job, spec):
     assert "schedulerName" not in pod["spec"] and "priorityClassName" not in pod["spec"]
 
 
-@pytest.mark.parametrize("job_name", ["a" * 63, "a" * 61, "x" * 40 + "-" + "y" * 22])
-def test_kueue_group_names_are_valid_labels_distinct_per_attempt(job_name):
-    groups = [names.kueue_pod_group_name(job_name, attempt) for attempt in (0, 9, 10, 123)]
+UID, LATER_UID = "5f0c2a7e-95d4-4a44-b1a8-0c5b1d0b8e11", "c81e728d-9d4c-4f63-a2b0-9f1e2d3c4b5a"
+
+
+@pytest.mark.parametrize("job_name", ["a" * 63, "a" * 61, "x" * 40 + "-" + "y" * 22, "pets"])
+def test_kueue_group_names_are_valid_labels_distinct_per_attempt_and_per_job(job_name):
+    groups = [names.kueue_pod_group_name(job_name, attempt, uid) for attempt in (0, 9, 10, 123)
+              for uid in (UID, LATER_UID, "")]
     assert all(names.is_dns1123_label(group) for group in groups), groups
+    # Each attempt of each job of that name its own group: a job created again under the name never
+    # sends its group into the Workload of the old job's group of the same attempt.
     assert len(set(groups)) == len(groups)
     # Two long names that differ only past the cut still get different groups.
-    assert names.kueue_pod_group_name(job_name[:-1] + "b", 0) != groups[0]
+    assert names.kueue_pod_group_name(job_name[:-1] + "b", 0, UID) != groups[0]
+
+
+def test_a_kueue_group_name_is_the_job_its_uid_and_the_attempt():
+    assert names.kueue_pod_group_name("pets", 2, UID) == "pets-5f0c2a7e-2"
+    assert names.kueue_pod_group_name("pets", 2) == "pets-2"
+
+
+def test_the_job_s_workload_priority_class_label_goes_on_its_pods(job, spec):
+    labelled = {**job, "metadata": {**job["metadata"], "labels": {names.KUEUE_PRIORITY_CLASS_LABEL: "batch-high"}}}
+    pod = builders.pod_body(labelled, shared(spec, queueName="team-a"), 0, attempt=0)
+    assert pod["metadata"]["labels"][names.KUEUE_PRIORITY_CLASS_LABEL] == "batch-high"
+    # Without a queue Kueue does not see the pods: nothing of it on them.
+    assert names.KUEUE_PRIORITY_CLASS_LABEL not in builders.pod_body(labelled, spec, 0, attempt=0)["metadata"]["labels"]
+
+
+def test_a_group_kueue_holds_says_which_workload_waits_for_admission(job, spec):
+    spec = shared(spec, queueName="team-a")
+    gates = (names.KUEUE_ADMISSION_GATE, "kueue.x-k8s.io/topology")
+    gated = [PodView(f"pets-{i}", f"uid-{i}", i, 0, "Pending", gates=gates, kueue_group="pets-5f0c2a7e-0",
+                     kueue_queue="team-a") for i in (0, 1)]
+    plan = step(spec, step(spec).status, gated)
+    assert plan.status["phase"] == "Pending" and plan.create_pods == [] and plan.delete_pods == []
+    assert plan.status["message"] == (
+        "0 of 2 worker(s) running; waiting for Kueue admission of Workload pets-5f0c2a7e-0 in LocalQueue team-a: "
+        "2 pod(s) wait for scheduling gate kueue.x-k8s.io/admission, kueue.x-k8s.io/topology to be removed "
+        "(Kueue admits the whole group once its queue has room for it)")
+    assert "Scheduled" not in {c["type"] for c in plan.status["conditions"]}  # waiting, not a problem
+    # Another gate than Kueue's: the gates only.
+    other = [PodView("pets-0", "u0", 0, 0, "Pending", gates=("example.com/hold",)), gated[1]]
+    assert "wait for scheduling gate example.com/hold, kueue.x-k8s.io/admission" in \
+        step(spec, step(spec).status, other).status["message"]
+
+
+def test_pod_view_reads_the_kueue_group_and_queue(job, spec):
+    from pets_operator.status import pod_view
+
+    pod = builders.pod_body(job, shared(spec, queueName="team-a"), 1, attempt=0)
+    view = pod_view(pod)
+    assert (view.kueue_group, view.kueue_queue) == ("pets-uid-0", "team-a")
+    assert pod_view(builders.pod_body(job, spec, 1, attempt=0)).kueue_group is None
 
 
 # --- gang scheduling -------------------------------------------------------------------------------
@@ -114,7 +161,7 @@ def test_coscheduling_pod_group_and_pods(job, spec):
 def test_kueue_and_gang_scheduling_together(job, spec):
     both = shared(spec, queueName="team-a", gangScheduling={"scheduler": "coscheduling"})
     pod = builders.pod_body(job, both, 0, attempt=1)
-    assert pod["metadata"]["labels"][names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-1"
+    assert pod["metadata"]["labels"][names.KUEUE_POD_GROUP_NAME_LABEL] == "pets-uid-1"
     assert pod["metadata"]["labels"][names.COSCHEDULING_POD_GROUP_LABEL] == "pets"
     assert "schedulingGates" not in pod["spec"] and pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
 

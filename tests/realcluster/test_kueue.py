@@ -160,7 +160,8 @@ def test_operator_groups_are_gated_admitted_whole_and_queued_within_the_quota(ap
     namespace = queued_namespace
     spec = {**sample_spec, "queueName": "team-a"}
     first, second = (create_job(api_client, namespace, name, spec) for name in ("first", "second"))
-    first_group, second_group = (names.kueue_pod_group_name(j["metadata"]["name"], 0) for j in (first, second))
+    first_group, second_group = (names.kueue_pod_group_name(j["metadata"]["name"], 0, j["metadata"]["uid"])
+                                 for j in (first, second))
 
     def create_group(job: dict) -> None:
         for body in group_pods(job, spec):
@@ -267,7 +268,7 @@ def test_a_group_is_admitted_only_once_all_its_pods_exist(api_client, kueue, gro
                                "Active") == "True", what="ClusterQueue pets-cq-b to be Active")
     spec = {**sample_spec, "queueName": "team-b"}
     job = create_job(api_client, namespace, "halves", spec)
-    group = names.kueue_pod_group_name("halves", 0)
+    group = names.kueue_pod_group_name("halves", 0, job["metadata"]["uid"])
     first, second = group_pods(job, spec)
     core.create_namespaced_pod(namespace, first)
     time.sleep(5)  # long enough for Kueue to admit a complete group (the test above prints how long)

@@ -111,11 +111,16 @@ def _unschedulable_message(pod: PodView) -> str:
 
 
 def _gated_message(gated: list[PodView]) -> str:
+    """Which gates hold the pods; Kueue's admission gate: the Workload (the pods' group) and its queue."""
     gates = sorted({gate for pod in gated for gate in pod.gates})
     text = f"{len(gated)} pod(s) wait for scheduling gate {', '.join(gates)} to be removed"
-    if names.KUEUE_ADMISSION_GATE in gates:
-        text += " (Kueue admits the whole group once its queue has room for it)"
-    return text
+    kueue = next((p for p in gated if names.KUEUE_ADMISSION_GATE in p.gates), None)
+    if kueue is None:
+        return text
+    workload = f"Workload {kueue.kueue_group}" if kueue.kueue_group else "its Workload"
+    queue = f" in LocalQueue {kueue.kueue_queue}" if kueue.kueue_queue else ""
+    return (f"waiting for Kueue admission of {workload}{queue}: {text} "
+            f"(Kueue admits the whole group once its queue has room for it)")
 
 
 def _waiting_message(pod: PodView) -> str:
