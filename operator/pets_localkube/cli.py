@@ -3,7 +3,9 @@
 Prints the kubeconfig path and content so `kubectl` and the notebook client can use it. The API
 server is the emulated one by default; `--control-plane kubernetes` runs Kubernetes' own control
 plane (built once by hack/control_plane.sh, which needs Go) and joins the local kubelet to it as a
-Node. `local down --workdir DIR` stops the `local up` of that work directory and every process it
+Node; `--with-kueue` then also installs and runs Kueue there (built once by hack/kueue.sh;
+`pets_localkube.kueue`) with a ResourceFlavor, a ClusterQueue of `--kueue-quota` (default: one
+2-node group of manifests/job.yaml) and a LocalQueue in `--kueue-namespace`. `local down --workdir DIR` stops the `local up` of that work directory and every process it
 started (pods, kubelet, control plane), as Ctrl-C does.
 """
 from __future__ import annotations
@@ -136,6 +138,13 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
         print("error: --with-kueue needs --control-plane kubernetes (Kueue runs against a real API server)",
               file=sys.stderr)
         return 2
+    if args.with_kueue:
+        from .kueue import parse_quota
+        try:
+            args.kueue_quota = parse_quota(args.kueue_quota)
+        except ValueError as error:
+            print(f"error: --kueue-quota: {error}", file=sys.stderr)
+            return 2
     crds = args.crd if args.crd is not None else list(default_crds)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pets-local-"))
     stop = threading.Event()
@@ -175,7 +184,7 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
         if kueue is not None:
             print(f"Kueue at {kueue.webhook_url} (log {kueue.log}); LocalQueue "
                   f"{args.kueue_namespace}/{args.kueue_local_queue} onto ClusterQueue {args.kueue_cluster_queue} "
-                  f"(quota {args.kueue_quota})")
+                  f"(quota {','.join(f'{k}={v}' for k, v in args.kueue_quota.items())})")
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
         stop.wait()
     finally:
@@ -188,13 +197,12 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
 
 def start_kueue(args: argparse.Namespace, cluster: Any) -> Any:
     """Kueue installed into the running control plane, with its queues; stopped by the caller."""
-    from .kueue import Kueue, parse_quota
+    from .kueue import Kueue
 
-    quota = parse_quota(args.kueue_quota)
     kueue = Kueue(cluster.kubeconfig, cluster.workdir / "kueue", bin_dir=args.kueue_bin_dir)
     kueue.start()
     try:
-        kueue.serve_namespace(args.kueue_namespace, quota, args.kueue_local_queue, args.kueue_cluster_queue)
+        kueue.serve_namespace(args.kueue_namespace, args.kueue_quota, args.kueue_local_queue, args.kueue_cluster_queue)
     except BaseException:
         kueue.stop()
         raise

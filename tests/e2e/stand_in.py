@@ -9,6 +9,11 @@ path of the test's machine: the local kubelet maps a plain path under one of the
 STAND_IN_RENDEZVOUS=1: before the first epoch every machine waits, as torch.distributed's rendezvous
 does, until all NUM_MACHINES of the group are there (rank 0 listens on MASTER_ADDR:MASTER_PORT),
 so a group that is only partly placed holds its placed pods forever.
+STAND_IN_CHECKPOINT=host:<dir>: rank 0 keeps a checkpoint there as pets-train does with
+spec.checkpoint: after each epoch it saves the finished epochs' lines (atomically), then prints the
+epoch's line; a run that finds a checkpoint re-reports its epochs (`"resumed": true`) and trains on
+from the next one. Each epoch it trains is also appended to <dir>/trained.log (`<pid> <epoch>`:
+one pid per run, so per group attempt).
 """
 import json
 import os
@@ -44,7 +49,17 @@ if os.environ.get("STAND_IN_RENDEZVOUS") == "1" and int(os.environ["NUM_MACHINES
         peer.recv(2)
         peer.close()
     print("stand-in: all machines are there", flush=True)
-for epoch in range(epochs):
+checkpoint_dir = (os.environ.get("STAND_IN_CHECKPOINT") or "").removeprefix("host:") or None
+checkpoint = os.path.join(checkpoint_dir, "stand-in-checkpoint.json") if checkpoint_dir else None
+history = []
+if checkpoint and os.path.exists(checkpoint):
+    with open(checkpoint) as file:
+        history = json.load(file)
+    if rank == 0:
+        print(f"resumed from the checkpoint of epoch {history[-1]['epoch']} in {checkpoint_dir}", flush=True)
+        for event in history:
+            print(json.dumps({**event, "resumed": True}), flush=True)
+for epoch in range(len(history), epochs):
     time.sleep(pause)
     if fail_rank is not None and int(fail_rank) == rank and epoch == 1:
         if not fail_once or not os.path.exists(fail_once):
@@ -53,8 +68,16 @@ for epoch in range(epochs):
             print("stand-in: failing on purpose", file=sys.stderr, flush=True)
             sys.exit(3)
     if rank == 0:
+        event = {"event": "epoch", "epoch": epoch, "accuracy": 0.5 + epoch / (2 * epochs),
+                 "train_loss": loss_offset + 1.0 / (epoch + 1), "seconds": pause}
+        if checkpoint:
+            history.append(event)
+            with open(checkpoint + ".new", "w") as file:
+                json.dump(history, file)
+            os.replace(checkpoint + ".new", checkpoint)
+            with open(os.path.join(checkpoint_dir, "trained.log"), "a") as file:
+                file.write(f"{os.getpid()} {epoch}\n")
         print(f"epoch {epoch} done", flush=True)
-        print(json.dumps({"event": "epoch", "epoch": epoch, "accuracy": 0.5 + epoch / (2 * epochs),
-                          "train_loss": loss_offset + 1.0 / (epoch + 1), "seconds": pause}), flush=True)
+        print(json.dumps(event), flush=True)
 if rank == 0:
     print(json.dumps({"event": "done", "epochs": epochs}), flush=True)

@@ -17,6 +17,19 @@ def test_a_missing_crd_file_is_a_clear_error(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: CRD manifest {tmp_path / 'nope.yaml'} does not exist"
 
 
+def test_kueue_needs_the_kubernetes_control_plane(tmp_path, capsys):
+    assert cli.main(["up", "--workdir", str(tmp_path), "--with-kueue"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --with-kueue needs --control-plane kubernetes (Kueue runs "
+                                               "against a real API server)")
+
+
+def test_a_malformed_kueue_quota_is_refused_before_anything_starts(tmp_path, capsys):
+    assert cli.main(["up", "--workdir", str(tmp_path), "--control-plane", "kubernetes", "--with-kueue",
+                     "--kueue-quota", "cpu"]) == 2
+    assert "error: --kueue-quota: quota 'cpu': expected resource=amount" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no control plane was started
+
+
 def test_the_kits_local_up_applies_no_crd_of_its_own(tmp_path):
     kit = [sys.executable, "-c", "import sys; from pets_localkube import cli; sys.exit(cli.main())"]
     with local_up(kit, tmp_path / "work") as printed:

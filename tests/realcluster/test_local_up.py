@@ -75,3 +75,54 @@ def test_local_up_with_kubernetes_runs_a_node_and_local_down_stops_everything(co
     finally:
         if up.poll() is None:
             up.kill()
+
+
+def test_local_up_with_kueue_installs_kueue_and_its_queues_and_down_stops_it(control_plane_bin, kubectl, tmp_path):
+    """`local up --control-plane kubernetes --with-kueue`: Kueue runs (its own process, its webhooks),
+    a ResourceFlavor, a ClusterQueue of the default quota (one 2-node group of manifests/job.yaml) and
+    a LocalQueue in the namespace given, all Active; `local down` ends Kueue with the rest."""
+    from pets_localkube.kueue import locate_release
+
+    try:
+        kueue_bin = locate_release().bin_dir
+    except RuntimeError as error:
+        pytest.skip(str(error))
+    workdir, kubeconfig = tmp_path / "work", tmp_path / "kubeconfig"
+    env = {**os.environ, "PETS_CONTROL_PLANE_BIN": str(control_plane_bin), "PETS_KUEUE_BIN": str(kueue_bin)}
+    up = subprocess.Popen([sys.executable, "-m", "pets_operator", "local", "up", "--control-plane", "kubernetes",
+                           "--with-kueue", "--kueue-local-queue", "team-a", "--workdir", str(workdir), "--cpu", "2",
+                           "--kubeconfig-out", str(kubeconfig)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        printed = []
+        while not printed or not (printed[-1].startswith("export KUBECONFIG=") or printed[-1] == ""):
+            printed.append(up.stdout.readline())
+        assert printed[-1].startswith("export KUBECONFIG="), "".join(printed)
+        said = next(line for line in printed if line.startswith("Kueue at https://127.0.0.1:"))
+        print(f"\n{said}", end="")
+        assert "LocalQueue default/team-a onto ClusterQueue cluster-queue (quota cpu=1,memory=2Gi)" in said
+
+        def get(*what: str) -> str:
+            result = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", *what, "-o",
+                                     "jsonpath={.items[*].metadata.name} {.items[*].status.conditions[0].type}="
+                                     "{.items[*].status.conditions[0].status}"],
+                                    capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+            return result.stdout
+        assert get("resourceflavors").startswith("default-flavor")
+        assert get("clusterqueues") == "cluster-queue Active=True"
+        assert get("localqueues", "-n", "default") == "team-a Active=True"
+        quota = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", "clusterqueue", "cluster-queue", "-o",
+                                "jsonpath={.spec.resourceGroups[0].flavors[0].resources}"],
+                               capture_output=True, text=True, timeout=60).stdout
+        assert quota == '[{"name":"cpu","nominalQuota":"1"},{"name":"memory","nominalQuota":"2Gi"}]', quota
+        assert any("kueue-config.yaml" in line for line in processes_under(workdir))
+
+        down = subprocess.run([sys.executable, "-m", "pets_operator", "local", "down", "--workdir", str(workdir)],
+                              capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert up.wait(timeout=10) == 0
+        assert processes_under(workdir) == []
+    finally:
+        if up.poll() is None:
+            up.kill()

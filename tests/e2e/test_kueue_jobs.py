@@ -1,0 +1,187 @@
+"""The real operator under the real Kueue (v0.17, hack/kueue.sh) on Kubernetes' own control plane with
+the local kubelet as its Node: jobs queued and admitted one at a time within a ClusterQueue's quota,
+and a job of a higher WorkloadPriorityClass preempting a running one, which resumes from its checkpoint.
+
+The trainer is the e2e stand-in (tests/e2e/stand_in.py: real epoch lines, a checkpoint kept as
+pets-train keeps one); Kueue, the API server, the scheduler, the garbage collector and the operator
+are the real ones. Each job's pods request 500m CPU and 512Mi; the node has 2 CPUs, so without Kueue
+two of these jobs would run side by side; the ClusterQueue's quota (cpu=1, memory=1Gi) fits one.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pets_api import GROUP, PLURAL, VERSION, names
+from pets_localkube import product
+from pets_localkube.kubernetes_cluster import KubernetesCluster
+from pets_localkube.kueue import Kueue
+from tests.e2e.conftest import NAMESPACE, control_plane_bin
+from tests.realcluster.test_kueue import kueue_bin  # noqa: F401  (a fixture: the build, or a skip)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.realcluster, pytest.mark.timeout(2700)]
+
+LOCAL_QUEUE, CLUSTER_QUEUE = "team-a", "pets-cq"
+QUOTA = {"cpu": "1", "memory": "1Gi"}  # one 2-node job of job_spec()'s at a time
+FINAL = ("Succeeded", "Failed")
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+
+
+@pytest.fixture
+def cluster(tmp_path, cluster_crds, request):
+    with KubernetesCluster(tmp_path / "cluster", cpu=2, crds=cluster_crds, bin_dir=control_plane_bin(request.config),
+                           entrypoints=product.ENTRYPOINTS, workload=product.TRAINER) as running:
+        yield running
+
+
+@pytest.fixture
+def kueue(cluster, kueue_bin, tmp_path):  # noqa: F811
+    """Kueue with its own identity, a LocalQueue team-a in the tests' namespace onto ClusterQueue pets-cq."""
+    with Kueue(cluster.kubeconfig, tmp_path / "kueue", bin_dir=kueue_bin) as running:
+        started = time.monotonic()
+        running.serve_namespace(NAMESPACE, QUOTA, LOCAL_QUEUE, CLUSTER_QUEUE)
+        print(f"\nqueues Active {time.monotonic() - started:.1f} s after Kueue was up")
+        yield running
+
+
+def job_spec(epochs: int, epoch_seconds: float, **extra) -> dict:
+    return {"numNodes": 2, "epochs": epochs, "model": "resnet10t", "data": {"synthetic": {}}, "queueName": LOCAL_QUEUE,
+            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+            "env": [{"name": "STAND_IN_EPOCH_SECONDS", "value": str(epoch_seconds)}], **extra}
+
+
+def create(api, name: str, spec: dict, labels: dict | None = None) -> dict:
+    return api.custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "PetsTrainingJob",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {}}, "spec": spec})
+
+
+def status_of(api, name: str) -> dict:
+    return (api.job(name) or {}).get("status") or {}
+
+
+def conditions(status: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def workloads(api) -> dict[str, dict]:
+    listed = api.custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, NAMESPACE, "workloads")
+    return {w["metadata"]["name"]: w for w in listed["items"]}
+
+
+def admitted_at(workload: dict) -> str | None:
+    return next((c["lastTransitionTime"] for c in (workload.get("status") or {}).get("conditions") or []
+                 if c["type"] == "Admitted" and c["status"] == "True"), None)
+
+
+def run_span(api, name: str) -> tuple:
+    """(first container start, last container end) of the job's current pods."""
+    states = [p.status.container_statuses[0].state.terminated for p in api.pods(name)]
+    return min(s.started_at for s in states), max(s.finished_at for s in states)
+
+
+def test_three_jobs_are_admitted_one_at_a_time_and_all_succeed(api, kueue, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    jobs = ("first", "second", "third")
+    epochs = 4
+    uids = {name: create(api, name, job_spec(epochs, 0.5))["metadata"]["uid"] for name in jobs}
+    groups = {name: names.kueue_pod_group_name(name, 0, uids[name]) for name in jobs}
+
+    def one_runs_two_wait():
+        statuses = {name: status_of(api, name) for name in jobs}
+        running = [n for n, s in statuses.items() if s.get("phase") == "Running"]
+        waiting = [n for n, s in statuses.items() if s.get("phase") == "Pending"
+                   and f"waiting for Kueue admission of Workload {groups[n]}" in (s.get("message") or "")]
+        return len(running) == 1 and len(waiting) == 2 and (running, waiting, statuses)
+    running, waiting, statuses = wait_for("one job running, two waiting for Kueue", one_runs_two_wait, 120,
+                                          operator.logs)
+    for name in waiting:
+        print(f"{name}: {statuses[name]['phase']}: {statuses[name]['message']}")
+        pending = workloads(api)[groups[name]]
+        reserved = conditions(pending.get("status") or {}).get("QuotaReserved") or {}
+        print(f"  Workload {groups[name]}: QuotaReserved={reserved.get('status')} {reserved.get('reason')}: "
+              f"{reserved.get('message')}")
+        assert reserved.get("status") == "False"
+        for pod in api.pods(name):
+            assert names.KUEUE_ADMISSION_GATE in [g.name for g in pod.spec.scheduling_gates or []]
+
+    done = {name: wait_for(f"{name} to finish", lambda name=name: status_of(api, name).get("phase") in FINAL
+                           and status_of(api, name), 300, operator.logs) for name in jobs}
+    for status in done.values():
+        assert status["phase"] == "Succeeded", status.get("message")
+        assert [e["epoch"] for e in status["epochs"]] == list(range(epochs)), status["epochs"]
+        assert status["restarts"] == 0 and status["attempt"] == 0
+    stored = workloads(api)
+    order = sorted(jobs, key=lambda name: admitted_at(stored[groups[name]]) or "")
+    print(f"admission order: {' -> '.join(f'{name} ({groups[name]}, {admitted_at(stored[groups[name]])})' for name in order)}")
+    assert order[0] == running[0]
+    # One group ran at a time: no pod of the next started before every pod of the one before had ended.
+    spans = sorted(run_span(api, name) for name in jobs)
+    for before, after in zip(spans, spans[1:]):
+        assert after[0] >= before[1], spans
+    for group in groups.values():
+        assert conditions(stored[group]["status"])["Finished"]["status"] == "True"
+    assert "Traceback" not in operator.logs()
+
+
+def trained_runs(checkpoint: Path) -> list[list[int]]:
+    """The epochs each run of the stand-in trained, in order (tests/e2e/stand_in.py's trained.log)."""
+    runs: dict[str, list[int]] = {}
+    for line in (checkpoint / "trained.log").read_text().split("\n"):
+        if line:
+            pid, epoch = line.split()
+            runs.setdefault(pid, []).append(int(epoch))
+    return list(runs.values())
+
+
+def test_a_higher_priority_job_preempts_and_the_victim_resumes_from_its_checkpoint(api, kueue, operator_process,
+                                                                                   stand_in_env, wait_for, tmp_path):
+    kueue.create_priority_class("batch-low", 100)
+    kueue.create_priority_class("batch-high", 1000)
+    operator = operator_process(stand_in_env)
+    checkpoint = tmp_path / "checkpoints"
+    checkpoint.mkdir()
+    epochs = 12
+    victim_spec = job_spec(epochs, 0.5, backoffLimit=0, checkpoint={"hostPath": str(checkpoint)})
+    victim_spec["env"].append({"name": "STAND_IN_CHECKPOINT", "value": f"host:{checkpoint}"})
+    victim = create(api, "victim", victim_spec, {names.KUEUE_PRIORITY_CLASS_LABEL: "batch-low"})
+    wait_for("the victim's third epoch", lambda: len(status_of(api, "victim").get("epochs") or []) >= 3, 120,
+             operator.logs)
+    create(api, "urgent", job_spec(2, 0.5), {names.KUEUE_PRIORITY_CLASS_LABEL: "batch-high"})
+
+    requeued = wait_for("the victim requeued", lambda: "Requeued" in conditions(status_of(api, "victim"))
+                        and status_of(api, "victim"), 120, operator.logs)
+    preempted_at = len(requeued.get("epochs") or [])
+    print(f"\nvictim: {conditions(requeued)['Requeued']['reason']}: {conditions(requeued)['Requeued']['message']}")
+    assert conditions(requeued)["Requeued"]["reason"] == "Preempted"
+    assert "not counted against backoffLimit" in conditions(requeued)["Requeued"]["message"]
+    assert requeued["restarts"] == 0 and requeued["attempt"] == 1
+    old_group = names.kueue_pod_group_name("victim", 0, victim["metadata"]["uid"])
+    evicted = conditions((workloads(api).get(old_group) or {}).get("status") or {})
+    print(f"Workload {old_group}: Evicted={evicted.get('Evicted', {}).get('status')} "
+          f"{evicted.get('Evicted', {}).get('reason')}: {evicted.get('Evicted', {}).get('message')}")
+
+    urgent = wait_for("urgent to finish", lambda: status_of(api, "urgent").get("phase") in FINAL
+                      and status_of(api, "urgent"), 180, operator.logs)
+    assert urgent["phase"] == "Succeeded", urgent.get("message")
+    done = wait_for("the victim to finish", lambda: status_of(api, "victim").get("phase") in FINAL
+                    and status_of(api, "victim"), 300, operator.logs)
+    assert done["phase"] == "Succeeded", done.get("message")
+    print(f"victim epochs: {[e['epoch'] for e in done['epochs']]} (preempted after {preempted_at} reported)")
+    assert [e["epoch"] for e in done["epochs"]] == list(range(epochs))  # no gap, no duplicate
+    assert done["restarts"] == 0 and done["attempt"] == 1
+    assert "Failed" not in conditions(done) and "Restarting" not in conditions(done)
+    # Trained once each: the second attempt went on from the checkpoint the first one left.
+    first, second = trained_runs(checkpoint)
+    print(f"trained by attempt 0: {first}; by attempt 1: {second}")
+    assert first + second == list(range(epochs))
+    # The urgent job ran while the victim waited: it started after the victim's first group ended.
+    stored = workloads(api)
+    new_group = names.kueue_pod_group_name("victim", 1, victim["metadata"]["uid"])
+    urgent_group = names.kueue_pod_group_name("urgent", 0, api.job("urgent")["metadata"]["uid"])
+    assert admitted_at(stored[urgent_group]) <= admitted_at(stored[new_group])
+    reasons = [e.reason for e in api.events("victim")]
+    assert reasons.count("Requeued") == 1, reasons
+    assert "Traceback" not in operator.logs()
