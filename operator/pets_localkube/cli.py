@@ -5,8 +5,9 @@ server is the emulated one by default; `--control-plane kubernetes` runs Kuberne
 plane (built once by hack/control_plane.sh, which needs Go) and joins the local kubelet to it as a
 Node; `--with-kueue` then also installs and runs Kueue there (built once by hack/kueue.sh;
 `pets_localkube.kueue`) with a ResourceFlavor, a ClusterQueue of `--kueue-quota` (default: one
-2-node group of manifests/job.yaml) and a LocalQueue in `--kueue-namespace`. `local down --workdir DIR` stops the `local up` of that work directory and every process it
-started (pods, kubelet, control plane), as Ctrl-C does.
+2-node group of manifests/job.yaml) and a LocalQueue in `--kueue-namespace`. `local down --workdir
+DIR` stops the `local up` of that work directory and every process it started (pods, kubelet,
+control plane, Kueue), as Ctrl-C does.
 """
 from __future__ import annotations
 
