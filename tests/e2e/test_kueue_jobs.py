@@ -185,3 +185,35 @@ def test_a_higher_priority_job_preempts_and_the_victim_resumes_from_its_checkpoi
     reasons = [e.reason for e in api.events("victim")]
     assert reasons.count("Requeued") == 1, reasons
     assert "Traceback" not in operator.logs()
+
+
+def test_suspending_an_admitted_job_frees_its_quota_and_deleting_a_queued_job_removes_its_workload(
+        api, kueue, operator_process, stand_in_env, wait_for):
+    operator = operator_process(stand_in_env)
+    holder = create(api, "holder", job_spec(40, 0.5))
+    wait_for("holder running", lambda: status_of(api, "holder").get("phase") == "Running", 120, operator.logs)
+    waiter = create(api, "waiter", job_spec(2, 0.5))
+    gone = create(api, "gone", job_spec(2, 0.5))
+    waiter_group, gone_group = (names.kueue_pod_group_name(j["metadata"]["name"], 0, j["metadata"]["uid"])
+                                for j in (waiter, gone))
+    wait_for("both queued", lambda: all(f"Workload {group}" in (status_of(api, name).get("message") or "")
+                                        for name, group in (("waiter", waiter_group), ("gone", gone_group))),
+             60, operator.logs)
+    wait_for("gone's Workload", lambda: gone_group in workloads(api), 30)
+
+    # Deleting a queued job: its pods go (garbage collector), Kueue lets them go, and its Workload goes with them.
+    api.delete_job("gone")
+    wait_for("gone's pods and Workload to go", lambda: not api.pods("gone") and gone_group not in workloads(api),
+             120, operator.logs)
+
+    # Suspending the admitted job: its pods go, Kueue finishes its group and admits the next one.
+    api.custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "holder", {"spec": {"suspend": True}})
+    wait_for("holder Suspended without pods", lambda: status_of(api, "holder").get("phase") == "Suspended"
+             and not api.pods("holder"), 120, operator.logs)
+    holder_group = names.kueue_pod_group_name("holder", 0, holder["metadata"]["uid"])
+    done = wait_for("waiter to finish", lambda: status_of(api, "waiter").get("phase") in FINAL
+                    and status_of(api, "waiter"), 180, operator.logs)
+    assert done["phase"] == "Succeeded", done.get("message")
+    print(f"\nholder suspended ({holder_group} gone: {holder_group not in workloads(api)}); waiter admitted as "
+          f"{waiter_group} at {admitted_at(workloads(api)[waiter_group])}")
+    assert "Traceback" not in operator.logs()
