@@ -187,33 +187,47 @@ def test_a_higher_priority_job_preempts_and_the_victim_resumes_from_its_checkpoi
     assert "Traceback" not in operator.logs()
 
 
-def test_suspending_an_admitted_job_frees_its_quota_and_deleting_a_queued_job_removes_its_workload(
+def test_deleting_a_queued_job_removes_its_workload_and_suspending_an_admitted_one_frees_its_quota(
         api, kueue, operator_process, stand_in_env, wait_for):
     operator = operator_process(stand_in_env)
-    holder = create(api, "holder", job_spec(40, 0.5))
+    holder = create(api, "holder", job_spec(600, 0.5))  # runs until it is suspended
     wait_for("holder running", lambda: status_of(api, "holder").get("phase") == "Running", 120, operator.logs)
-    waiter = create(api, "waiter", job_spec(2, 0.5))
-    gone = create(api, "gone", job_spec(2, 0.5))
-    waiter_group, gone_group = (names.kueue_pod_group_name(j["metadata"]["name"], 0, j["metadata"]["uid"])
-                                for j in (waiter, gone))
+    waiter, gone = create(api, "waiter", job_spec(2, 0.5)), create(api, "gone", job_spec(2, 0.5))
+    holder_group, waiter_group, gone_group = (names.kueue_pod_group_name(j["metadata"]["name"], 0, j["metadata"]["uid"])
+                                              for j in (holder, waiter, gone))
     wait_for("both queued", lambda: all(f"Workload {group}" in (status_of(api, name).get("message") or "")
-                                        for name, group in (("waiter", waiter_group), ("gone", gone_group))),
-             60, operator.logs)
-    wait_for("gone's Workload", lambda: gone_group in workloads(api), 30)
+                                        for name, group in (("waiter", waiter_group), ("gone", gone_group)))
+             and gone_group in workloads(api), 60, operator.logs)
 
-    # Deleting a queued job: its pods go (garbage collector), Kueue lets them go, and its Workload goes with them.
+    # Deleting a queued job: the garbage collector deletes its pods; Kueue's finalizer holds them (gated, on no
+    # node, Pending) until the pod garbage collector fails them; then Kueue finishes the group, lets the pods
+    # go, and the Workload goes with them. Meanwhile the holder keeps the quota, so Kueue admits nothing.
+    deleted = time.monotonic()
     api.delete_job("gone")
     wait_for("gone's pods and Workload to go", lambda: not api.pods("gone") and gone_group not in workloads(api),
              120, operator.logs)
+    print(f"\ngone deleted: its pods and Workload {gone_group} gone {time.monotonic() - deleted:.1f} s later")
+    assert status_of(api, "holder")["phase"] == "Running" and status_of(api, "waiter")["phase"] == "Pending"
 
-    # Suspending the admitted job: its pods go, Kueue finishes its group and admits the next one.
+    # Suspending the admitted job: its pods go, Kueue finishes its group, the waiting job is admitted.
+    suspended = time.monotonic()
     api.custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "holder", {"spec": {"suspend": True}})
     wait_for("holder Suspended without pods", lambda: status_of(api, "holder").get("phase") == "Suspended"
              and not api.pods("holder"), 120, operator.logs)
-    holder_group = names.kueue_pod_group_name("holder", 0, holder["metadata"]["uid"])
     done = wait_for("waiter to finish", lambda: status_of(api, "waiter").get("phase") in FINAL
                     and status_of(api, "waiter"), 180, operator.logs)
     assert done["phase"] == "Succeeded", done.get("message")
-    print(f"\nholder suspended ({holder_group} gone: {holder_group not in workloads(api)}); waiter admitted as "
-          f"{waiter_group} at {admitted_at(workloads(api)[waiter_group])}")
+    admitted = admitted_at(workloads(api)[waiter_group])
+    print(f"holder suspended: waiter's Workload {waiter_group} admitted at {admitted}, the job Succeeded "
+          f"{time.monotonic() - suspended:.1f} s after the suspension")
+    assert holder_group not in workloads(api) or \
+        conditions(workloads(api)[holder_group]["status"])["Finished"]["status"] == "True"
+
+    # Resumed: the next attempt is a new group, queued and admitted anew.
+    api.custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "holder", {"spec": {"suspend": False}})
+    resumed = wait_for("holder running again", lambda: status_of(api, "holder").get("phase") == "Running"
+                       and status_of(api, "holder"), 120, operator.logs)
+    assert resumed["attempt"] == 1 and resumed["restarts"] == 0
+    again = names.kueue_pod_group_name("holder", 1, holder["metadata"]["uid"])
+    print(f"holder resumed as attempt 1: Workload {again} admitted at {admitted_at(workloads(api)[again])}")
     assert "Traceback" not in operator.logs()
