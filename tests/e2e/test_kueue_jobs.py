@@ -202,11 +202,19 @@ def test_deleting_a_queued_job_removes_its_workload_and_suspending_an_admitted_o
     # Deleting a queued job: the garbage collector deletes its pods; Kueue's finalizer holds them (gated, on no
     # node, Pending) until the pod garbage collector fails them; then Kueue finishes the group, lets the pods
     # go, and the Workload goes with them. Meanwhile the holder keeps the quota, so Kueue admits nothing.
+    # The job is created again under its name at once: its group is its own (the new uid), never the old
+    # Workload, which is still there while the old pods are.
     deleted = time.monotonic()
     api.delete_job("gone")
-    wait_for("gone's pods and Workload to go", lambda: not api.pods("gone") and gone_group not in workloads(api),
+    again = create(api, "gone", job_spec(2, 0.5))
+    new_group = names.kueue_pod_group_name("gone", 0, again["metadata"]["uid"])
+    assert new_group != gone_group
+    wait_for("the old pods and Workload to go", lambda: gone_group not in workloads(api)
+             and all(p.metadata.owner_references[0].uid == again["metadata"]["uid"] for p in api.pods("gone")),
              120, operator.logs)
     print(f"\ngone deleted: its pods and Workload {gone_group} gone {time.monotonic() - deleted:.1f} s later")
+    wait_for("the new gone queued", lambda: f"Workload {new_group}" in (status_of(api, "gone").get("message") or ""),
+             60, operator.logs)
     assert status_of(api, "holder")["phase"] == "Running" and status_of(api, "waiter")["phase"] == "Pending"
 
     # Suspending the admitted job: its pods go, Kueue finishes its group, the waiting job is admitted.
@@ -214,12 +222,13 @@ def test_deleting_a_queued_job_removes_its_workload_and_suspending_an_admitted_o
     api.custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, "holder", {"spec": {"suspend": True}})
     wait_for("holder Suspended without pods", lambda: status_of(api, "holder").get("phase") == "Suspended"
              and not api.pods("holder"), 120, operator.logs)
-    done = wait_for("waiter to finish", lambda: status_of(api, "waiter").get("phase") in FINAL
-                    and status_of(api, "waiter"), 180, operator.logs)
-    assert done["phase"] == "Succeeded", done.get("message")
-    admitted = admitted_at(workloads(api)[waiter_group])
-    print(f"holder suspended: waiter's Workload {waiter_group} admitted at {admitted}, the job Succeeded "
-          f"{time.monotonic() - suspended:.1f} s after the suspension")
+    for name, group in (("waiter", waiter_group), ("gone", new_group)):
+        done = wait_for(f"{name} to finish", lambda name=name: status_of(api, name).get("phase") in FINAL
+                        and status_of(api, name), 180, operator.logs)
+        assert done["phase"] == "Succeeded", done.get("message")
+        assert [e["epoch"] for e in done["epochs"]] == [0, 1]
+        print(f"holder suspended: {name}'s Workload {group} admitted at {admitted_at(workloads(api)[group])}, "
+              f"the job Succeeded {time.monotonic() - suspended:.1f} s after the suspension")
     assert holder_group not in workloads(api) or \
         conditions(workloads(api)[holder_group]["status"])["Finished"]["status"] == "True"
 
