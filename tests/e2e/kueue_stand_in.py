@@ -14,7 +14,9 @@ with the official client against the local cluster, one `sync()` every 0.1 s in 
   `kueue.x-k8s.io/pod-group-total-count` pods exist, and then removes the gate from every one;
   `open()`/`close()` stand for the ClusterQueue's quota having room or not;
 - `preempt(group)` stops the workload as Kueue does: a `TerminationTarget` condition (reason
-  `StoppedByKueue`) on each pod that has not finished, then the pod is deleted; nothing is recreated;
+  `WorkloadEvictedDueToPreempted`: Kueue v0.17's "WorkloadEvictedDueTo" + the eviction's reason, as
+  tests/e2e/test_kueue_jobs.py saw it) on each pod that has not finished, then the pod is deleted;
+  nothing is recreated;
 - it removes its finalizer from a group's pods once the group is finished: every pod succeeded, or,
   with `kueue.x-k8s.io/retriable-in-group: "false"`, no pod is active any more (a deleted pod not
   bound to a node counts as inactive: the pod garbage collector fails it on a real cluster).
@@ -155,7 +157,7 @@ class KueueStandIn:
                 if pod.status.phase in ("Succeeded", "Failed") or pod.metadata.deletion_timestamp:
                     continue
                 self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, {"status": {"conditions": [
-                    {"type": "TerminationTarget", "status": "True", "reason": "StoppedByKueue",
+                    {"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
                      "message": "Preempted to accommodate a workload due to prioritization in the ClusterQueue"}]}})
                 self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
             self.preempted.append(group)

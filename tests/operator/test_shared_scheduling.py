@@ -248,7 +248,11 @@ def test_the_deadline_clock_stands_still_while_suspended(spec):
 
 # --- Kueue's preemption ----------------------------------------------------------------------------
 
-PREEMPTED = "StoppedByKueue: Preempted to accommodate a workload due to prioritization in the ClusterQueue"
+# What the real Kueue v0.17 puts on a preempted pod (its TerminationTarget condition: reason, message),
+# as tests/e2e/test_kueue_jobs.py saw it.
+PREEMPTED = ("WorkloadEvictedDueToPreempted: Preempted to accommodate a workload (UID: 5533f30a-2858-4532-bfa9-"
+             "e58fdf7d39b0, JobUID: UNKNOWN) due to prioritization in the ClusterQueue; preemptor path: /pets-cq; "
+             "preemptee path: /pets-cq")
 
 
 def test_a_preempted_group_is_requeued_not_counted_against_backoff(spec):
