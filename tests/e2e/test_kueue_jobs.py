@@ -30,7 +30,7 @@ KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 
 
 @pytest.fixture
-def cluster(tmp_path, cluster_crds, request):
+def cluster(tmp_path, cluster_crds, request, kueue_bin):  # noqa: F811  (Kueue built before the cluster starts)
     with KubernetesCluster(tmp_path / "cluster", cpu=2, crds=cluster_crds, bin_dir=control_plane_bin(request.config),
                            entrypoints=product.ENTRYPOINTS, workload=product.TRAINER) as running:
         yield running
