@@ -19,6 +19,7 @@ from pets_localkube import product
 from pets_localkube.kubernetes_cluster import KubernetesCluster
 from pets_localkube.kueue import Kueue
 from tests.e2e.conftest import NAMESPACE, control_plane_bin
+from tests.e2e.test_shared_clusters import epoch_lines
 from tests.realcluster.test_kueue import kueue_bin  # noqa: F401  (a fixture: the build, or a skip)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realcluster, pytest.mark.timeout(2700)]
@@ -31,8 +32,9 @@ KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 
 @pytest.fixture
 def cluster(tmp_path, cluster_crds, request, kueue_bin):  # noqa: F811  (Kueue built before the cluster starts)
+    """Kubernetes' control plane and the node; the logs of deleted pods kept (a preempted attempt's)."""
     with KubernetesCluster(tmp_path / "cluster", cpu=2, crds=cluster_crds, bin_dir=control_plane_bin(request.config),
-                           entrypoints=product.ENTRYPOINTS, workload=product.TRAINER) as running:
+                           entrypoints=product.ENTRYPOINTS, workload=product.TRAINER, keep_logs=True) as running:
         yield running
 
 
@@ -240,3 +242,50 @@ def test_deleting_a_queued_job_removes_its_workload_and_suspending_an_admitted_o
     again = names.kueue_pod_group_name("holder", 1, holder["metadata"]["uid"])
     print(f"holder resumed as attempt 1: Workload {again} admitted at {admitted_at(workloads(api)[again])}")
     assert "Traceback" not in operator.logs()
+
+
+def tiny_training(epochs: int, checkpoint: Path | None = None) -> dict:
+    """pets-train itself: a tiny model on a few generated images, so an epoch takes a second or two on a CPU."""
+    spec = job_spec(epochs, 0, model="resnet10t", imageSize=32, batchSize=8, numWorkers=0, seed=7,
+                    data={"synthetic": {"classes": 3, "imagesPerClass": 24, "imageSize": 32}})
+    spec["env"] = [{"name": "OMP_NUM_THREADS", "value": "1"}]
+    if checkpoint is not None:
+        spec["checkpoint"] = {"hostPath": str(checkpoint)}
+    return spec
+
+
+@pytest.mark.slow
+def test_real_training_preempted_by_kueue_resumes_from_its_checkpoint(api, cluster, kueue, operator_process, wait_for,
+                                                                      tmp_path):
+    """As above with pets-train (accelerate launch, 2 nodes): the checkpoint is the trainer's own."""
+    kueue.create_priority_class("batch-low", 100)
+    kueue.create_priority_class("batch-high", 1000)
+    operator = operator_process()
+    epochs = 20
+    create(api, "victim", tiny_training(epochs, tmp_path / "checkpoints"), {names.KUEUE_PRIORITY_CLASS_LABEL: "batch-low"})
+    wait_for("the victim's second epoch", lambda: len(status_of(api, "victim").get("epochs") or []) >= 2, 600,
+             operator.logs)
+    create(api, "urgent", tiny_training(1), {names.KUEUE_PRIORITY_CLASS_LABEL: "batch-high"})
+    requeued = wait_for("the victim requeued", lambda: "Requeued" in conditions(status_of(api, "victim"))
+                        and status_of(api, "victim"), 120, operator.logs)
+    assert conditions(requeued)["Requeued"]["reason"] == "Preempted" and requeued["restarts"] == 0
+    assert len(requeued["epochs"]) < epochs, "the victim finished before it was preempted"
+    urgent = wait_for("urgent to finish", lambda: status_of(api, "urgent").get("phase") in FINAL
+                      and status_of(api, "urgent"), 600, operator.logs)
+    assert urgent["phase"] == "Succeeded", urgent.get("message")
+    done = wait_for("the victim to finish", lambda: status_of(api, "victim").get("phase") in FINAL
+                    and status_of(api, "victim"), 900, operator.logs)
+    assert done["phase"] == "Succeeded", done.get("message")
+    assert [e["epoch"] for e in done["epochs"]] == list(range(epochs))
+    assert done["restarts"] == 0 and done["attempt"] == 1
+    # Pod 0 of each attempt (the preempted one's log kept): the second re-reports what the checkpoint holds and
+    # trains only the epochs after it; no epoch up to the checkpoint is trained twice.
+    logs = [epoch_lines((log_dir / "trainer.log").read_text())
+            for log_dir in (Path(cluster.workdir) / "logs").glob(f"{NAMESPACE}_victim-0_*")]
+    assert len(logs) == 2, logs
+    (first_trained, first_resumed), (second_trained, second_resumed) = sorted(logs, key=lambda lines: bool(lines[1]))
+    print(f"\nvictim (pets-train): attempt 0 trained {first_trained}; attempt 1 resumed {second_resumed} from the "
+          f"checkpoint and trained {second_trained}")
+    assert first_resumed == [] and second_resumed == list(range(second_resumed[-1] + 1))
+    assert second_trained == list(range(second_resumed[-1] + 1, epochs))
+    assert set(first_trained) >= set(second_resumed), "the checkpoint holds epochs the first attempt did not train"
