@@ -153,7 +153,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or _CONTROL_PLANE in config.stash:
         return
-    if any(item.get_closest_marker("realcluster") and item.get_closest_marker("both_servers") for item in session.items):
+    if any(item.get_closest_marker("realcluster") for item in session.items):  # both_servers, or the real one only
         config.stash[_CONTROL_PLANE] = _control_plane_build()._prepare(config)
 
 
