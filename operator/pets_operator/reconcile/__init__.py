@@ -67,7 +67,7 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
 def _decide(step: Step, problems: list[str], forbidden: list[str]) -> Plan:
     if step.status.get("phase") in FINAL_PHASES:
         return finish.finished(step)
-    if forbidden:
+    if forbidden and not step.pods:  # checked before pods are created: a running group is left to finish
         return failure.refused_by_policy(step, forbidden)
     if problems:
         return failure.invalid_spec(step, problems)

@@ -33,8 +33,8 @@ def invalid_spec(step: Step, problems: list[str]) -> Plan:
 
 
 def refused_by_policy(step: Step, problems: list[str]) -> Plan:
-    """For good: only a new job (or the admin's policy) can change it. Pods of the job, should a policy stricter
-    than the one they were created under find any, are stopped."""
+    """For good: only a new job (or the admin's policy) can change it. Asked only before the job's pods are
+    created, as admission is: a group created under a looser policy runs on, and its restart is refused."""
     return _stop(step, POLICY_VIOLATION, "refused by the cluster's policy: " + "; ".join(problems))
 
 

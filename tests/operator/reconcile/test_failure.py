@@ -156,7 +156,16 @@ def test_a_spec_the_policy_forbids_fails_for_good_and_creates_nothing(spec):
     assert later.status["phase"] == "Failed" and later.create_pods == [] and later.events == []
 
 
-def test_pods_of_a_job_the_policy_now_forbids_are_stopped(spec):
+def test_a_group_created_before_the_policy_got_stricter_runs_on_and_is_not_recreated(spec):
+    spec = {**spec, "backoffLimit": 1}
+    forbidden = ["spec.data.hostPath ..."]
     running = step(spec, step(spec).status, pods("Running", "Running")).status
-    plan = step(spec, running, pods("Running", "Running"), forbidden=["spec.data.hostPath ..."])
-    assert plan.status["phase"] == "Failed" and sorted(plan.delete_pods) == ["pets-0", "pets-1"]
+    # Checked before pods are created, as admission is: the running group is left alone.
+    still = step(spec, running, pods("Running", "Running"), forbidden=forbidden)
+    assert still.status["phase"] == "Running" and still.delete_pods == [] and still.events == []
+    # Its worker fails: the group goes as any failed group does; the new one is refused.
+    failed = step(spec, running, pods("Running", "Failed"), forbidden=forbidden)
+    assert failed.status["phase"] == "Pending" and sorted(failed.delete_pods) == ["pets-0", "pets-1"]
+    refused = step(spec, failed.status, [], now=T0 + timedelta(seconds=10), forbidden=forbidden)
+    assert refused.status["phase"] == "Failed" and refused.create_pods == []
+    assert condition(refused, "Failed")["reason"] == "PolicyViolation"
