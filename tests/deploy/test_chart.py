@@ -23,6 +23,9 @@ VALUE_SETS = {
                                     "peering.name=pets-ha", "networkPolicy.enabled=false", "metrics.enabled=false"),
     "gang-scheduling": ("gangScheduling.enabled=true", "gangScheduling.schedulers={volcano}",
                         "gangScheduling.volcanoSchedulerName=volcano-batch", "watchNamespaces={team-a}"),
+    "policy-allowing-more": ("policy.allowedImages={registry.example/ml/*,other:2}", "policy.hostPath.allowed=true",
+                             "policy.hostPath.pathPrefixes={/mnt/datasets,/scratch}"),
+    "policy-without-admission": ("policy.admission=false",),
     "bring-your-own-account": ("rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=ops",
                                "replicas=0", "image.repository=registry.example/pets-operator", "image.tag=dev",
                                "image.pullPolicy=Always", "imagePullSecrets[0].name=regcred",
@@ -104,7 +107,8 @@ def test_include_crds_renders_the_manifest_crds(k8s_tools):
 def test_default_install_is_cluster_wide_two_replicas_with_a_leader_and_locked_down(k8s_tools):
     objects = render(k8s_tools)
     assert {obj["kind"] for obj in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-                                                "RoleBinding", "Deployment", "NetworkPolicy", "Service"}
+                                                "RoleBinding", "Deployment", "NetworkPolicy", "Service", "ConfigMap",
+                                                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     env = operator_env(objects)
     assert env["PETS_OPERATOR_NAMESPACES"] == ""
     assert env["PETS_OPERATOR_PEERING"] == ""
@@ -301,7 +305,9 @@ def test_leader_election_can_be_turned_off_for_a_single_replica_or_replaced_by_p
 
 def test_existing_service_account_without_rbac(k8s_tools):
     objects = render(k8s_tools, *VALUE_SETS["bring-your-own-account"])
-    assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment", "NetworkPolicy", "Service"}
+    # No RBAC; the admission policy stays: it is no permission of the operator's.
+    assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment", "NetworkPolicy", "Service", "ConfigMap",
+                                                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     deployment = the(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == 0
@@ -370,6 +376,8 @@ def test_gang_scheduler_names_reach_the_operator(k8s_tools):
     (("unknownKey=1",), "unknownKey"),
     (("metrics.port=8080",), "metrics.port and livenessPort must differ"),
     (("metrics.serviceMonitor.interval=often",), "interval"),
+    (("policy.hostPath.pathPrefixes={datasets}",), "pathPrefixes"),
+    (("policy.allowedImages={a b}",), "allowedImages"),
 ])
 def test_bad_values_are_refused_with_a_message(k8s_tools, sets, message):
     with pytest.raises(chart.HelmError, match=message.replace(".", r"\.").replace("=", "=")):
@@ -430,3 +438,73 @@ def test_rbac_covers_every_api_call_the_operator_makes(k8s_tools):
     assert needed <= rule_set(the(render(k8s_tools, "gangScheduling.enabled=true"), "ClusterRole"))
     for role in job_roles(render(k8s_tools, "watchNamespaces={team-a}", "gangScheduling.enabled=true")):
         assert needed <= rule_set(role)
+
+
+def policy_environ(objects: list[dict]) -> dict[str, str]:
+    """The operator's environment as the kubelet gives it: `value`s, and configMapKeyRefs read from the ConfigMap."""
+    container = the(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    maps = {cm["metadata"]["name"]: cm["data"] for cm in by_kind(objects, "ConfigMap")}
+    environ = {}
+    for item in container["env"]:
+        ref = (item.get("valueFrom") or {}).get("configMapKeyRef")
+        if "value" in item:
+            environ[item["name"]] = item["value"]
+        elif ref is not None:
+            environ[item["name"]] = maps[ref["name"]][ref["key"]]
+    return environ
+
+
+def test_the_policy_is_on_by_default_bound_to_every_namespace_and_fails_closed(k8s_tools):
+    from pets_operator.config import from_environ
+    from pets_operator.policy import Policy
+
+    objects = render(k8s_tools)
+    settings = the(objects, "ConfigMap")
+    assert settings["metadata"]["namespace"] == "pets-operator"
+    assert settings["data"] == {"allowedImages": "pets-trainer:0.1.0", "hostPathAllowed": "false",
+                                "hostPathPrefixes": ""}
+    policy, binding = the(objects, "ValidatingAdmissionPolicy"), the(objects, "ValidatingAdmissionPolicyBinding")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [{
+        "apiGroups": ["training.pets.dev"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+        "resources": ["petstrainingjobs"]}]
+    assert all(rule["reason"] == "Forbidden" and rule["messageExpression"] for rule in policy["spec"]["validations"])
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
+        "paramRef": {"name": settings["metadata"]["name"], "namespace": "pets-operator",
+                     "parameterNotFoundAction": "Deny"}}  # no matchResources: every namespace
+    # The operator reads the same ConfigMap: one source for both checks.
+    assert from_environ(policy_environ(objects)).policy == Policy(("pets-trainer:0.1.0",), False, ())
+
+
+def test_policy_values_reach_the_configmap_and_so_the_operator(k8s_tools):
+    from pets_operator.config import from_environ
+    from pets_operator.policy import Policy
+
+    objects = render(k8s_tools, *VALUE_SETS["policy-allowing-more"], "trainerImage=registry.example/ml/pets:3")
+    assert the(objects, "ConfigMap")["data"] == {
+        "allowedImages": "registry.example/ml/pets:3,registry.example/ml/*,other:2", "hostPathAllowed": "true",
+        "hostPathPrefixes": "/mnt/datasets,/scratch"}
+    assert from_environ(policy_environ(objects)).policy == Policy(
+        ("registry.example/ml/pets:3", "registry.example/ml/*", "other:2"), True, ("/mnt/datasets", "/scratch"))
+
+
+def test_the_policy_can_leave_admission_to_the_operator_or_be_turned_off(k8s_tools):
+    from pets_operator.config import from_environ
+    from pets_operator.policy import UNRESTRICTED
+
+    operator_only = render(k8s_tools, "policy.admission=false")
+    assert by_kind(operator_only, "ValidatingAdmissionPolicy") == [] and by_kind(operator_only, "ConfigMap")
+    assert from_environ(policy_environ(operator_only)).policy.allowed_images == ("pets-trainer:0.1.0",)
+    off = render(k8s_tools, "policy.enabled=false")
+    assert not {"ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} & {o["kind"] for o in off}
+    assert not [name for name in policy_environ(off) if name.startswith("PETS_OPERATOR_POLICY_")]
+    assert from_environ(policy_environ(off)).policy == UNRESTRICTED
+
+
+def test_admission_on_a_cluster_older_than_1_30_is_refused_with_the_value_to_set(k8s_tools):
+    args = ("template", "pets", str(chart.CHART_DIR), "--kube-version", "1.29.4")
+    with pytest.raises(chart.HelmError, match=r"policy\.admission needs Kubernetes 1\.30 .*set policy\.admission=false"):
+        chart.helm(k8s_tools.helm, *args)
+    assert "ValidatingAdmissionPolicy" not in chart.helm(k8s_tools.helm, *args, "--set", "policy.admission=false")

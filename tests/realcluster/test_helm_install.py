@@ -51,7 +51,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def helm() -> str:
     try:
-        import k8s_tools
+        from hack import k8s_tools
         return str(k8s_tools.ensure_tools().helm)
     except Exception as error:
         pytest.skip(f"no helm could be fetched: {error}")
@@ -95,10 +95,19 @@ def service_account_kubeconfig(cluster, kubectl, deployment: dict, path: Path) -
     return path
 
 
-def deployment_env(deployment: dict) -> dict[str, str]:
+def deployment_env(deployment: dict, kubectl: str, kubeconfig: Path) -> dict[str, str]:
+    """The container's env as the kubelet resolves it: values, configMapKeyRefs (the policy's settings), fieldRefs."""
     [container] = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value", "") for e in container.get("env", []) if "value" in e}
+    for item in container.get("env", []):
+        ref = (item.get("valueFrom") or {}).get("configMapKeyRef")
+        if ref is not None:
+            data = json.loads(subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", "configmap", ref["name"],
+                                              "-n", RELEASE_NAMESPACE, "-o", "json"], capture_output=True, text=True,
+                                             check=True).stdout)["data"]
+            env[item["name"]] = data[ref["key"]]
     env["POD_ID"] = "local-operator"  # the Deployment's fieldRef: the pod name
+    env["PETS_OPERATOR_LEASE_NAMESPACE"] = RELEASE_NAMESPACE  # its fieldRef: the pod's namespace
     return env
 
 
@@ -112,9 +121,9 @@ def forbidden_api_errors(metrics_port: int) -> float:
 class OperatorProcess:
     """`pets-operator run` with the Deployment's environment and the ServiceAccount's kubeconfig."""
 
-    def __init__(self, installed: dict, kubeconfig: Path, log_path: Path):
+    def __init__(self, kubeconfig: Path, log_path: Path, resolved_env: dict[str, str]):
         self.metrics_port = free_port()
-        env = {**os.environ, **deployment_env(installed), "KUBECONFIG": str(kubeconfig),
+        env = {**os.environ, **resolved_env, "KUBECONFIG": str(kubeconfig),
                "PETS_OPERATOR_LIVENESS_PORT": "0", "PETS_OPERATOR_METRICS_PORT": str(self.metrics_port),
                "PETS_OPERATOR_TRAINER_COMMAND": json.dumps([sys.executable, str(STAND_IN)])}
         self.log_path = log_path
@@ -141,7 +150,7 @@ def operator(cluster, kubectl, installed, tmp_path):
     account = installed["spec"]["template"]["spec"]["serviceAccountName"]
     assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == \
         f"system:serviceaccount:{RELEASE_NAMESPACE}:{account}"
-    process = OperatorProcess(installed, kubeconfig, tmp_path / "operator.log")
+    process = OperatorProcess(kubeconfig, tmp_path / "operator.log", deployment_env(installed, kubectl, cluster.kubeconfig))
     yield process
     process.stop()
 

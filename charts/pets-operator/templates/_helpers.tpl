@@ -106,3 +106,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- fail (printf "leaderElection needs leaseDurationSeconds > renewDeadlineSeconds > 1.2 x retryPeriodSeconds, got %v > %v > 1.2 x %v" $elect.leaseDurationSeconds $elect.renewDeadlineSeconds $elect.retryPeriodSeconds) -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The admission policy, its binding and its parameter ConfigMap. */}}
+{{- define "pets-operator.policyName" -}}
+{{- printf "%s-policy" (include "pets-operator.fullname" . | trunc 56 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* policy.allowedImages with trainerImage first: the image jobs without spec.image get is always allowed. */}}
+{{- define "pets-operator.allowedImages" -}}
+{{- prepend .Values.policy.allowedImages .Values.trainerImage | uniq | join "," -}}
+{{- end -}}
