@@ -79,10 +79,18 @@ class Client:
         return await self.request("DELETE", path, body)
 
     async def watch(self, path: str, **params: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """List, then watch from the list's resourceVersion, relisting on 410; forever."""
+        """List, then watch from the list's resourceVersion, relisting on 410; forever. A list that gets no
+        answer, a 5xx or a 429 (an API server restarting, its etcd away) is tried again after a second."""
         assert self._session is not None
         while True:
-            listing = await self.get(path, **params)
+            try:
+                listing = await self.get(path, **params)
+            except (ApiStatusError, aiohttp.ClientError, asyncio.TimeoutError) as error:
+                if isinstance(error, ApiStatusError) and error.code != 429 and error.code < 500:
+                    raise
+                logger.debug("list of %s failed: %s", path, error)
+                await asyncio.sleep(1)
+                continue
             for item in listing["items"]:
                 yield "ADDED", item
             version = listing["metadata"]["resourceVersion"]

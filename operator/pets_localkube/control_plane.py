@@ -17,7 +17,9 @@ dependency), each component's kubeconfig, etcd's data and one log file per compo
 (`logs/<component>.log`); each start makes a new cluster there (new certificates, empty etcd).
 Every process runs in its own process group; `stop()` ends the groups, and a start that fails
 at any step ends whatever it had started before raising `ControlPlaneError`, which names the
-step and the log file to read.
+step and the log file to read. `kill(component)` ends one component with SIGKILL, as a crash would,
+and `start_again(component)` runs it with the same command line (data directory, certificates, port)
+until it is ready: a control-plane restart under a running cluster.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -313,6 +315,8 @@ class KubernetesControlPlane:
         self.kubeconfig = self.workdir / "admin.kubeconfig"
         self.logs = {name: self.workdir / "logs" / f"{name}.log" for name in COMPONENTS}
         self.processes: dict[str, subprocess.Popen] = {}
+        self.commands: dict[str, list[str]] = {}  # each component's command line, to start it again as it was
+        self._ready: dict[str, Callable[[], bool]] = {}  # each component's readiness probe
         self._log_handles: list = []
         self._lock = threading.Lock()
         self._step = "init"
@@ -359,6 +363,53 @@ class KubernetesControlPlane:
             self._log_handles = []
         with _LIVE_LOCK:
             _LIVE.discard(self)
+
+    def kill(self, component: str) -> None:
+        """kill -9 one component's process group, as a crash would end it; its data directory,
+        certificates, port and command line stay, for `start_again`."""
+        with self._lock:
+            process = self.processes.pop(component, None)
+        if process is None:
+            raise ValueError(f"{component} is not running (running: {', '.join(self.processes) or 'none'})")
+        _signal_group(process, signal.SIGKILL)
+        process.wait(10)
+
+    def start_again(self, component: str) -> None:
+        """Start a killed component with the command line it had (same data directory, certificates and
+        port; its log is appended to) and wait until it is ready, as its first start did."""
+        if component in self.processes:
+            raise ValueError(f"{component} is running; kill it first")
+        if component not in self.commands:
+            raise ValueError(f"{component} was never started here")
+        self._step = f"start {component} again"
+        self._spawn(component, None, self.commands[component], append=True)
+        self._wait(component, self._ready[component])
+        self._step = "running"
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as kube-apiserver does every 5 minutes, through
+        etcd's JSON gateway; returns the revision. A watch asked from an older resourceVersion is a 410 Gone."""
+        url = next(arg.split("=", 1)[1] for arg in self.commands[ETCD] if arg.startswith("--listen-client-urls="))
+        pki = self.workdir / "pki"
+        context = _client_context(pki / "etcd-ca.crt", Certificate(pki / "apiserver-etcd-client.crt",
+                                                                    pki / "apiserver-etcd-client.key"))
+        host, port = url.removeprefix("https://").rsplit(":", 1)
+
+        def post(path: str, body: dict) -> dict:
+            connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=10)
+            try:
+                connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                text = response.read().decode()
+                if response.status != 200:
+                    raise ControlPlaneError(f"etcd {path}: {response.status} {text[:300]}")
+                return json.loads(text)
+            finally:
+                connection.close()
+
+        revision = int(post("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+        post("/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     def __enter__(self) -> KubernetesControlPlane:
         return self.start()
@@ -444,7 +495,8 @@ class KubernetesControlPlane:
             "--unsafe-no-fsync=true",  # a throwaway test store: no fsync stalls on slow disks
         ])
         etcd_context = _client_context(etcd_ca.cert, etcd_client_cert)
-        self._wait(ETCD, lambda: _https_get("127.0.0.1", etcd_client, "/health", etcd_context, 2)[0] == 200)
+        self._ready[ETCD] = lambda: _https_get("127.0.0.1", etcd_client, "/health", etcd_context, 2)[0] == 200
+        self._wait(ETCD, self._ready[ETCD])
 
         self._step = "start kube-apiserver"
         self._spawn(APISERVER, binaries, [
@@ -480,7 +532,8 @@ class KubernetesControlPlane:
             "--profiling=false",
         ])
         admin_context = _client_context(ca.cert, admin)
-        self._wait(APISERVER, lambda: _https_get(self.host, self.port, "/readyz", admin_context)[0] == 200)
+        self._ready[APISERVER] = lambda: _https_get(self.host, self.port, "/readyz", admin_context)[0] == 200
+        self._wait(APISERVER, self._ready[APISERVER])
 
         self._step = "start kube-controller-manager"
         self._spawn(CONTROLLER_MANAGER, binaries, [
@@ -514,9 +567,11 @@ class KubernetesControlPlane:
         ])
         health = _client_context(None, None)
         self._step = "wait for kube-controller-manager"
-        self._wait(CONTROLLER_MANAGER, lambda: _https_get(self.host, kcm_port, "/healthz", health)[0] == 200)
+        self._ready[CONTROLLER_MANAGER] = lambda: _https_get(self.host, kcm_port, "/healthz", health)[0] == 200
+        self._wait(CONTROLLER_MANAGER, self._ready[CONTROLLER_MANAGER])
         self._step = "wait for kube-scheduler"
-        self._wait(SCHEDULER, lambda: _https_get(self.host, sched_port, "/healthz", health)[0] == 200)
+        self._ready[SCHEDULER] = lambda: _https_get(self.host, sched_port, "/healthz", health)[0] == 200
+        self._wait(SCHEDULER, self._ready[SCHEDULER])
         # The serviceaccount controllers at work (with their own credentials): pods can be created.
         self._step = "wait for the default ServiceAccount"
         self._wait(CONTROLLER_MANAGER, lambda: _https_get(
@@ -529,11 +584,13 @@ class KubernetesControlPlane:
             os.chmod(self.kubeconfig_out, 0o600)
         self._step = "running"
 
-    def _spawn(self, name: str, binaries: Binaries, args: list[str]) -> None:
+    def _spawn(self, name: str, binaries: Binaries | None, args: list[str], append: bool = False) -> None:
+        """Start a component: `binaries` and its arguments, or (binaries None) `args` as the whole command."""
         log = self.logs[name]
-        handle = open(log, "wb")
+        handle = open(log, "ab" if append else "wb")
         self._log_handles.append(handle)
-        command = [str(binaries.path(name)), *args, *self.extra_args.get(name, [])]
+        command = args if binaries is None else [str(binaries.path(name)), *args, *self.extra_args.get(name, [])]
+        self.commands[name] = command
         handle.write(f"# {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(command)}\n".encode())
         handle.flush()
         try:

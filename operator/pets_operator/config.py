@@ -10,6 +10,7 @@ from pets_api.contract import TRAINER_COMMAND
 from pets_api.k8s_names import is_dns1123_label, is_dns1123_subdomain
 from pets_api.names import DEFAULT_GANG_SCHEDULER_NAMES
 
+from .policy import UNRESTRICTED, Policy, parse_list
 from .reconcile.step import RESTART_BACKOFF_SECONDS as DEFAULT_RESTART_BACKOFF_SECONDS
 
 DEFAULT_TRAINER_IMAGE = "pets-trainer:0.1.0"
@@ -70,6 +71,9 @@ class OperatorConfig:
     # Seconds before a group is restarted after a worker failed, doubling with each restart (at most 6 minutes),
     # as the Job controller backs off; tests make it short.
     restart_backoff_seconds: float = DEFAULT_RESTART_BACKOFF_SECONDS
+    # Which images and hostPath volumes a job may use (`policy`): the chart's policy.* values, from the ConfigMap
+    # its admission policy reads too; none given: no restriction.
+    policy: Policy = UNRESTRICTED
 
     @property
     def gang_scheduler_names(self) -> dict[str, str]:
@@ -112,7 +116,22 @@ def from_environ(environ: Mapping[str, str]) -> OperatorConfig:
         volcano_scheduler_name=_scheduler_name(environ, "PETS_OPERATOR_VOLCANO_SCHEDULER_NAME", "volcano"),
         restart_backoff_seconds=_seconds(environ, "PETS_OPERATOR_RESTART_BACKOFF_SECONDS",
                                          DEFAULT_RESTART_BACKOFF_SECONDS),
+        policy=_policy(environ),
     )
+
+
+def _policy(environ: Mapping[str, str]) -> Policy:
+    """PETS_OPERATOR_POLICY_ALLOWED_IMAGES (unset: any image; set, even empty: only these and the trainer image),
+    PETS_OPERATOR_POLICY_HOST_PATH_ALLOWED (unset: true), PETS_OPERATOR_POLICY_HOST_PATH_PREFIXES (empty: any)."""
+    images = environ.get("PETS_OPERATOR_POLICY_ALLOWED_IMAGES")
+    prefixes = parse_list(environ.get("PETS_OPERATOR_POLICY_HOST_PATH_PREFIXES", ""))
+    relative = [prefix for prefix in prefixes if not prefix.startswith("/")]
+    if relative:
+        raise ConfigError(f"PETS_OPERATOR_POLICY_HOST_PATH_PREFIXES must list absolute paths, got {', '.join(relative)}")
+    allowed = environ.get("PETS_OPERATOR_POLICY_HOST_PATH_ALLOWED", "")
+    return Policy(allowed_images=None if images is None else parse_list(images),
+                  host_path_allowed=_switch("PETS_OPERATOR_POLICY_HOST_PATH_ALLOWED", allowed, default=True),
+                  host_path_prefixes=prefixes)
 
 
 def _leader_election(environ: Mapping[str, str], peering: str) -> LeaseConfig | None:

@@ -80,6 +80,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger, **
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.background.instant_exit_timeout = DAEMON_INSTANT_EXIT_SECONDS
+    # Serving named namespaces, kopf would still list namespaces and watch CRDs (both cluster-wide) to
+    # notice them change; the chart's namespaced Roles grant neither, so each try is a 403. The
+    # namespaces and the CRD are fixed at install: no scanning (docs/security.md, Least privilege).
+    settings.scanning.disabled = not config.cluster_wide
     memo.config = config
     memo.metrics = metrics.default()
     api_client = await asyncio.to_thread(load_api_client)

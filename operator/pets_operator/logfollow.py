@@ -5,8 +5,9 @@ uses (its `Configuration`: server, CA, client certificate, bearer token and its 
 and `follow(...)` starts one `AsyncPodLogFollower` task per followed pod. A follower reads
 `/log?follow=true` from the start until the container has ended, re-reads after a dropped
 connection (the epoch book merges, so nothing doubles), retries an unreadable log and gives up
-when the pod is gone. 1,000 followed jobs are 1,000 idle sockets and coroutines, not 1,000
-threads.
+when the pod is gone or the API server keeps refusing its log. An API server that is away
+(restarting, its etcd down: no answer, 5xx, 429) is waited out however long it takes, backing
+off. 1,000 followed jobs are 1,000 idle sockets and coroutines, not 1,000 threads.
 
 It asks for `timestamps=true`: each line carries the time the kubelet wrote it, so the time from an
 epoch line to its status patch can be measured (`on_epoch`). The lines' events are `metric_lines`';
@@ -41,7 +42,8 @@ USER_AGENT = "pets-operator/log-follower"
 INIT_MARK = '"init'  # in every `init` / `initialized` line (json.dumps writes `"event": "init...`)
 TRACKING_MARK = '"tracking'  # in every `tracking` / `tracking_degraded` line
 RETRY_SECONDS = 0.5
-MAX_FAILURES = 120  # x RETRY_SECONDS: give up on a log that never becomes readable
+RETRY_MAX_SECONDS = 5.0  # while the API server is away: 0.5 s doubling to 5 s
+MAX_FAILURES = 120  # x RETRY_SECONDS: give up on a log the API server keeps refusing
 CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 30.0  # every call but the followed log itself, which may be silent for a whole epoch
 
@@ -54,7 +56,45 @@ class LogUnavailable(Exception):
         self.status = status
 
 
+class LogBroken(Exception):
+    """The followed log's stream ended mid-way (the API server or the kubelet went away): read it again."""
+
+
 # --- pure parts ---------------------------------------------------------------------------------
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a failed read says nothing about the log itself: no answer, a broken stream, a timeout, a
+    5xx or a 429 (an API server restarting, its etcd away). Those are retried for as long as they last."""
+    if isinstance(error, LogUnavailable):
+        return error.status == 429 or error.status >= 500
+    return isinstance(error, (LogBroken, aiohttp.ClientError, asyncio.TimeoutError, OSError))
+
+
+class Retries:
+    """A follower's tries (pure): a log the API server keeps refusing (4xx) is given up after MAX_FAILURES
+    refusals in a row; an unreachable or failing API server only slows the tries down, to RETRY_MAX_SECONDS."""
+
+    def __init__(self) -> None:
+        self.refusals = 0  # refusals since the last read the server answered
+        self.transient = 0  # transient failures in a row
+
+    def answered(self) -> None:
+        self.refusals = self.transient = 0
+
+    def failed(self, error: BaseException) -> None:
+        if is_transient(error):
+            self.transient += 1
+        else:
+            self.transient = 0
+            self.refusals += 1
+
+    def give_up(self) -> bool:
+        return self.refusals >= MAX_FAILURES
+
+    def delay(self) -> float:
+        return min(RETRY_SECONDS * 2 ** max(self.transient - 1, 0), RETRY_MAX_SECONDS) if self.transient else RETRY_SECONDS
+
+
 
 def parse_timestamp(text: str) -> float | None:
     """Seconds since the epoch of an RFC 3339 time as the kubelet writes it (nanoseconds, `Z`); None if not one."""
@@ -239,23 +279,24 @@ class AsyncPodLogFollower:
         return state is None or state[0] != self.uid
 
     async def _run(self) -> None:
-        failures = 0
+        retries = Retries()
         try:
             while not self._stopping:
                 try:
-                    await self._read_once()
+                    if await self._read_once():
+                        retries.answered()
                     # The server ends a followed log when the container ends, or when a connection drops.
                     if await self._container_ended():
                         break
                 except asyncio.CancelledError:
                     raise
                 except Exception as error:  # noqa: BLE001 - an unreadable log is retried, never fatal
-                    failures += 1
-                    if failures >= MAX_FAILURES or await self._gone_quietly():
+                    retries.failed(error)
+                    if retries.give_up() or await self._gone_quietly():
                         log.info("stopped following pod %s: %s", self.uid, error)
                         break
                     log.debug("log of pod %s not readable yet: %s", self.uid, error)
-                await asyncio.sleep(RETRY_SECONDS)
+                await asyncio.sleep(retries.delay())
         except asyncio.CancelledError:
             log.debug("stopped following pod %s", self.uid)
         finally:
@@ -263,12 +304,15 @@ class AsyncPodLogFollower:
             self.drained.set()
             self._on_drained()
 
-    async def _read_once(self) -> None:
+    async def _read_once(self) -> bool:
+        """Read the log from the start to where the stream ends; True once the server sent it (a 200)."""
         splitter = LineSplitter()
+        opened = False
         try:
             async with self.streams.open_log(self.namespace, self.pod, self.container) as response:
                 if response.status >= 400:
                     raise LogUnavailable(response.status, await response.text())
+                opened = True
                 async for chunk in response.content.iter_any():
                     await self._read(splitter.feed(chunk))
             await self._read(splitter.rest())
@@ -278,7 +322,10 @@ class AsyncPodLogFollower:
             raise
         except aiohttp.ClientError as error:
             self.streams._failed("get", "pods/log", error)
+            if opened:  # the stream broke after the server had sent it: the next read starts afresh
+                raise LogBroken(error) from error
             raise
+        return opened
 
     async def _read(self, lines: list[str]) -> None:
         for line in lines:

@@ -35,6 +35,7 @@ from .expectations import Expectations
 from .kube import Kube, KubeError
 from .logfollow import AsyncPodLogFollower, LogStreams
 from .occupants import Occupant, occupant
+from .policy import policy_problems
 from .reconcile import OWNED_STATUS_FIELDS, Event, Plan, attempt_of, reconcile
 from .refusals import TRANSIENT, ApiFailure, CreateFailure, backoff_seconds, most_severe
 from .spec import epoch_limit, with_changes, with_defaults
@@ -78,6 +79,7 @@ class JobRunner:
         self.generation = job["metadata"].get("generation")
         self._live = live or (lambda: self.job)
         self.command = list(config.trainer_command)
+        self.policy = config.policy
         self.network_policy = config.network_policy
         self.scheduler_names = config.gang_scheduler_names
         self.status = dict(job.get("status") or {})
@@ -206,7 +208,8 @@ class JobRunner:
         plan = reconcile(self.name, self.spec, self.status, self.generation, pods,
                          datetime.now(timezone.utc), problems, logs_drained=self._pod0_drained(pods),
                          create_failure=self.create_failure, initialization=self.book.initialization,
-                         mount_failures=self.mount_failures, restart_backoff=self.restart_backoff)
+                         mount_failures=self.mount_failures, restart_backoff=self.restart_backoff,
+                         forbidden=policy_problems(self.spec, self.policy, self.trainer_image))
         plan = fold_tracking(plan, self.book.tracking, self.status, self.spec, datetime.now(timezone.utc))
         return self._unless_expected(plan, pods)
 

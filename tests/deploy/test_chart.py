@@ -23,6 +23,9 @@ VALUE_SETS = {
                                     "peering.name=pets-ha", "networkPolicy.enabled=false", "metrics.enabled=false"),
     "gang-scheduling": ("gangScheduling.enabled=true", "gangScheduling.schedulers={volcano}",
                         "gangScheduling.volcanoSchedulerName=volcano-batch", "watchNamespaces={team-a}"),
+    "policy-allowing-more": ("policy.allowedImages={registry.example/ml/*,other:2}", "policy.hostPath.allowed=true",
+                             "policy.hostPath.pathPrefixes={/mnt/datasets,/scratch}"),
+    "policy-without-admission": ("policy.admission=false",),
     "bring-your-own-account": ("rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=ops",
                                "replicas=0", "image.repository=registry.example/pets-operator", "image.tag=dev",
                                "image.pullPolicy=Always", "imagePullSecrets[0].name=regcred",
@@ -104,7 +107,8 @@ def test_include_crds_renders_the_manifest_crds(k8s_tools):
 def test_default_install_is_cluster_wide_two_replicas_with_a_leader_and_locked_down(k8s_tools):
     objects = render(k8s_tools)
     assert {obj["kind"] for obj in objects} == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-                                                "RoleBinding", "Deployment", "NetworkPolicy", "Service"}
+                                                "RoleBinding", "Deployment", "NetworkPolicy", "Service", "ConfigMap",
+                                                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     env = operator_env(objects)
     assert env["PETS_OPERATOR_NAMESPACES"] == ""
     assert env["PETS_OPERATOR_PEERING"] == ""
@@ -186,22 +190,7 @@ def test_network_policies_can_be_turned_off(k8s_tools):
         assert ("networking.k8s.io", "networkpolicies", "create") in rule_set(role)
 
 
-def test_cluster_role_grants_only_what_the_operator_uses(k8s_tools):
-    rules = rule_set(the(render(k8s_tools), "ClusterRole"))
-    assert rules == {
-        ("training.pets.dev", "petstrainingjobs", verb) for verb in ("get", "list", "watch", "patch", "delete")
-    } | {
-        ("training.pets.dev", "petstrainingjobs/status", verb) for verb in ("get", "patch")
-    } | {
-        ("", "pods", verb) for verb in ("get", "list", "watch", "create", "delete")
-    } | {
-        ("", "services", "create"), ("", "services", "get"), ("", "pods/log", "get"),
-        ("networking.k8s.io", "networkpolicies", "create"), ("networking.k8s.io", "networkpolicies", "get"),
-    } | {
-        ("", "events", verb) for verb in ("get", "list", "watch", "create")  # the pods' FailedMount events
-    } | {
-        ("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("get", "list", "watch")
-    }
+def test_cluster_role_binds_the_chart_s_service_account(k8s_tools):
     binding = the(render(k8s_tools), "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pets-operator", "namespace": "pets-operator"}]
 
@@ -215,7 +204,7 @@ def test_watched_namespaces_get_namespaced_roles_and_peering(k8s_tools):
     assert sorted(binding["metadata"]["namespace"] for binding in bindings) == ["team-a", "team-b"]
     for role in roles:
         rules = rule_set(role)
-        assert {("kopf.dev", "kopfpeerings", verb) for verb in ("get", "list", "watch", "patch")} <= rules
+        assert {("kopf.dev", "kopfpeerings", verb) for verb in ("list", "watch", "patch")} <= rules
         assert not {rule for rule in rules if rule[0] == "apiextensions.k8s.io" or "clusterkopfpeerings" in rule}
     for binding in bindings:
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pets-operator", "namespace": "pets-operator"}]
@@ -301,7 +290,9 @@ def test_leader_election_can_be_turned_off_for_a_single_replica_or_replaced_by_p
 
 def test_existing_service_account_without_rbac(k8s_tools):
     objects = render(k8s_tools, *VALUE_SETS["bring-your-own-account"])
-    assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment", "NetworkPolicy", "Service"}
+    # No RBAC; the admission policy stays: it is no permission of the operator's.
+    assert {obj["kind"] for obj in objects} == {"Namespace", "Deployment", "NetworkPolicy", "Service", "ConfigMap",
+                                                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     deployment = the(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["spec"]["replicas"] == 0
@@ -370,6 +361,8 @@ def test_gang_scheduler_names_reach_the_operator(k8s_tools):
     (("unknownKey=1",), "unknownKey"),
     (("metrics.port=8080",), "metrics.port and livenessPort must differ"),
     (("metrics.serviceMonitor.interval=often",), "interval"),
+    (("policy.hostPath.pathPrefixes={datasets}",), "pathPrefixes"),
+    (("policy.allowedImages={a b}",), "allowedImages"),
 ])
 def test_bad_values_are_refused_with_a_message(k8s_tools, sets, message):
     with pytest.raises(chart.HelmError, match=message.replace(".", r"\.").replace("=", "=")):
@@ -421,12 +414,161 @@ def operator_api_calls() -> set[tuple[str, str, str]]:
     return needed
 
 
-def test_rbac_covers_every_api_call_the_operator_makes(k8s_tools):
-    needed = operator_api_calls()
-    assert ("", "pods", "create") in needed  # the scan found the calls at all
-    assert ("scheduling.x-k8s.io", "podgroups", "create") in needed
-    gang = {rule for rule in needed if rule[1] == "podgroups"}
-    assert needed - gang <= rule_set(the(render(k8s_tools), "ClusterRole"))  # PodGroups only when enabled
-    assert needed <= rule_set(the(render(k8s_tools, "gangScheduling.enabled=true"), "ClusterRole"))
-    for role in job_roles(render(k8s_tools, "watchNamespaces={team-a}", "gangScheduling.enabled=true")):
-        assert needed <= rule_set(role)
+def kopf_calls(*, cluster_wide: bool, peering: bool) -> set[tuple[str, str, str]]:
+    """What kopf itself asks for, derived from the handlers pets_operator registers: list and watch of each resource
+    it handles; patch (its finalizer, progress annotations, and status through the subresource) of each resource
+    with a daemon or change handler; Events posted about them. Cluster-wide it also watches CRDs (the operator
+    turns scanning off when it serves named namespaces: `handlers.configure`); peering patches and watches its
+    peering object."""
+    import kopf
+
+    import pets_operator.handlers  # noqa: F401  (registers the handlers)
+
+    registry = kopf.get_default_registry()
+    def resources(*kinds) -> set[tuple[str, str]]:
+        return {(handler.selector.group, handler.selector.plural or handler.selector.any_name)
+                for kind in kinds for handler in kind.get_all_handlers()}
+    watched = resources(registry._indexing, registry._watching, registry._spawning, registry._changing)
+    patched = resources(registry._spawning, registry._changing)
+    calls = {(group, plural, verb) for group, plural in watched for verb in ("list", "watch")}
+    calls |= {(group, plural + suffix, "patch") for group, plural in patched for suffix in ("", "/status")}
+    calls.add(("", "events", "create"))
+    if cluster_wide:
+        calls |= {("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("list", "watch")}
+    if peering:
+        plural = "clusterkopfpeerings" if cluster_wide else "kopfpeerings"
+        calls |= {("kopf.dev", plural, verb) for verb in ("list", "watch", "patch")}
+    return calls
+
+
+# The operator's calls outside kube.py and kopf: pets_operator/logfollow.py reads each pod and follows its log.
+LOG_FOLLOWER_CALLS = {("", "pods", "get"), ("", "pods/log", "get")}
+
+
+def operator_calls(*, cluster_wide: bool, peering: bool = False, network_policy: bool = True,
+                   schedulers: tuple[str, ...] = ()) -> set[tuple[str, str, str]]:
+    """Every (group, resource, verb) the operator asks for on the namespaces it serves, with these chart values."""
+    calls = {call for call in operator_api_calls() if call[1] != "podgroups"} | LOG_FOLLOWER_CALLS
+    calls |= {call for call in operator_api_calls() if call[0] in {PODGROUP_GROUPS[s] for s in schedulers}}
+    if not network_policy:
+        calls = {call for call in calls if call[1] != "networkpolicies"}
+    return calls | kopf_calls(cluster_wide=cluster_wide, peering=peering)
+
+
+def lease_calls() -> set[tuple[str, str, str]]:
+    """The leader election's Lease calls: kubernetes' LeaseLock and pets_operator/leadership.py (`*_namespaced_lease`)."""
+    import ast
+
+    import kubernetes.leaderelection.resourcelock.leaselock as leaselock
+
+    import pets_operator.leadership
+
+    calls = set()
+    for module in (leaselock, pets_operator.leadership):
+        for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+            if isinstance(node, ast.Attribute) and node.attr.endswith("_namespaced_lease"):
+                calls.add(("coordination.k8s.io", "leases", CLIENT_VERBS[node.attr.partition("_")[0]]))
+    return calls
+
+
+@pytest.mark.parametrize("sets, expected", [
+    ((), dict(cluster_wide=True)),
+    (("gangScheduling.enabled=true",), dict(cluster_wide=True, schedulers=("coscheduling", "volcano"))),
+    (("networkPolicy.enabled=false",), dict(cluster_wide=True, network_policy=False)),
+    (("peering.enabled=true",), dict(cluster_wide=True, peering=True)),
+    (VALUE_SETS["cluster-rbac-for-namespaces"], dict(cluster_wide=False, peering=True, network_policy=False)),
+    (("watchNamespaces={team-a}",), dict(cluster_wide=False)),
+    (VALUE_SETS["namespaced-peering"], dict(cluster_wide=False, peering=True)),
+    (VALUE_SETS["gang-scheduling"], dict(cluster_wide=False, schedulers=("volcano",))),
+], ids=["default", "gang", "no-network-policy", "peering", "cluster-rbac-for-namespaces", "namespaced",
+        "namespaced-peering", "namespaced-gang"])
+def test_the_rules_are_exactly_the_calls_the_operator_makes(k8s_tools, sets, expected):
+    """A verb granted that nothing uses, or a call without its grant, fails here (docs/security.md, Least
+    privilege); tests/realcluster/test_helm_install.py and test_helm_namespaced.py run a job under these rules."""
+    objects = render(k8s_tools, *sets)
+    roles = by_kind(objects, "ClusterRole") + job_roles(objects)
+    assert roles
+    for role in roles:
+        assert rule_set(role) == operator_calls(**expected), role["metadata"]
+    for role in by_kind(objects, "Role"):
+        if role["metadata"]["name"] == LEADER_ELECTION_ROLE:
+            assert rule_set(role) == lease_calls()
+
+
+def test_the_derived_calls_find_what_they_scan():
+    calls = operator_calls(cluster_wide=True, peering=True, schedulers=("coscheduling",))
+    assert {("", "pods", "create"), ("", "pods", "watch"), ("training.pets.dev", "petstrainingjobs", "patch"),
+            ("training.pets.dev", "petstrainingjobs/status", "patch"), ("scheduling.x-k8s.io", "podgroups", "create"),
+            ("kopf.dev", "clusterkopfpeerings", "patch"), ("", "events", "list")} <= calls
+    assert not {call for call in calls if call[1] == "pods" and call[2] in ("patch", "update")}
+    assert lease_calls() == {("coordination.k8s.io", "leases", verb) for verb in ("create", "get", "update")}
+
+
+def policy_environ(objects: list[dict]) -> dict[str, str]:
+    """The operator's environment as the kubelet gives it: `value`s, and configMapKeyRefs read from the ConfigMap."""
+    container = the(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    maps = {cm["metadata"]["name"]: cm["data"] for cm in by_kind(objects, "ConfigMap")}
+    environ = {}
+    for item in container["env"]:
+        ref = (item.get("valueFrom") or {}).get("configMapKeyRef")
+        if "value" in item:
+            environ[item["name"]] = item["value"]
+        elif ref is not None:
+            environ[item["name"]] = maps[ref["name"]][ref["key"]]
+    return environ
+
+
+def test_the_policy_is_on_by_default_bound_to_every_namespace_and_fails_closed(k8s_tools):
+    from pets_operator.config import from_environ
+    from pets_operator.policy import Policy
+
+    objects = render(k8s_tools)
+    settings = the(objects, "ConfigMap")
+    assert settings["metadata"]["namespace"] == "pets-operator"
+    assert settings["data"] == {"allowedImages": "pets-trainer:0.1.0", "hostPathAllowed": "false",
+                                "hostPathPrefixes": ""}
+    policy, binding = the(objects, "ValidatingAdmissionPolicy"), the(objects, "ValidatingAdmissionPolicyBinding")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [{
+        "apiGroups": ["training.pets.dev"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+        "resources": ["petstrainingjobs"]}]
+    assert all(rule["reason"] == "Forbidden" and rule["messageExpression"] for rule in policy["spec"]["validations"])
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"], "validationActions": ["Deny"],
+        "paramRef": {"name": settings["metadata"]["name"], "namespace": "pets-operator",
+                     "parameterNotFoundAction": "Deny"}}  # no matchResources: every namespace
+    # The operator reads the same ConfigMap: one source for both checks.
+    assert from_environ(policy_environ(objects)).policy == Policy(("pets-trainer:0.1.0",), False, ())
+
+
+def test_policy_values_reach_the_configmap_and_so_the_operator(k8s_tools):
+    from pets_operator.config import from_environ
+    from pets_operator.policy import Policy
+
+    objects = render(k8s_tools, *VALUE_SETS["policy-allowing-more"], "trainerImage=registry.example/ml/pets:3")
+    assert the(objects, "ConfigMap")["data"] == {
+        "allowedImages": "registry.example/ml/pets:3,registry.example/ml/*,other:2", "hostPathAllowed": "true",
+        "hostPathPrefixes": "/mnt/datasets,/scratch"}
+    assert from_environ(policy_environ(objects)).policy == Policy(
+        ("registry.example/ml/pets:3", "registry.example/ml/*", "other:2"), True, ("/mnt/datasets", "/scratch"))
+
+
+def test_the_policy_can_leave_admission_to_the_operator_or_be_turned_off(k8s_tools):
+    from pets_operator.config import from_environ
+    from pets_operator.policy import UNRESTRICTED
+
+    operator_only = render(k8s_tools, "policy.admission=false")
+    assert by_kind(operator_only, "ValidatingAdmissionPolicy") == [] and by_kind(operator_only, "ConfigMap")
+    assert from_environ(policy_environ(operator_only)).policy.allowed_images == ("pets-trainer:0.1.0",)
+    off = render(k8s_tools, "policy.enabled=false")
+    assert not {"ConfigMap", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} & {o["kind"] for o in off}
+    assert not [name for name in policy_environ(off) if name.startswith("PETS_OPERATOR_POLICY_")]
+    assert from_environ(policy_environ(off)).policy == UNRESTRICTED
+
+
+def test_admission_on_a_cluster_older_than_1_30_is_refused_with_the_value_to_set(k8s_tools):
+    args = ("template", "pets", str(chart.CHART_DIR), "--kube-version", "1.29.4")
+    with pytest.raises(chart.HelmError, match=r"policy\.admission needs Kubernetes 1\.30 .*set policy\.admission=false"):
+        chart.helm(k8s_tools.helm, *args)
+    assert "ValidatingAdmissionPolicy" not in chart.helm(k8s_tools.helm, *args, "--set", "policy.admission=false")

@@ -30,6 +30,7 @@ from pets_localkube.kubernetes_cluster import KubernetesCluster
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = Path(__file__).with_name("stand_in.py")
 NAMESPACE = "default"
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 SERVERS = ["emulated", pytest.param("kubernetes", marks=pytest.mark.realcluster)]
 _CONTROL_PLANE = pytest.StashKey[tuple[str, str]]()  # tests/realcluster/conftest.py's _prepare result
 
@@ -152,7 +153,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or _CONTROL_PLANE in config.stash:
         return
-    if any(item.get_closest_marker("realcluster") and item.get_closest_marker("both_servers") for item in session.items):
+    if any(item.get_closest_marker("realcluster") for item in session.items):  # both_servers, or the real one only
         config.stash[_CONTROL_PLANE] = _control_plane_build()._prepare(config)
 
 
@@ -177,7 +178,16 @@ def cluster(tmp_path, cluster_crds, request):
         running = LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=cluster_crds, entrypoints=product.ENTRYPOINTS,
                                workload=product.TRAINER)
     with running:
+        if isinstance(running, KubernetesCluster):
+            restrict_pod_security(running.kubeconfig, NAMESPACE)
         yield running
+
+
+def restrict_pod_security(kubeconfig: Path, namespace: str) -> None:
+    """Jobs on kube-apiserver run where users are told to run them: under Pod Security `restricted`,
+    enforced by the real PodSecurity admission (the emulator has none: docs/emulator-divergences.md)."""
+    core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=str(kubeconfig)))
+    core.patch_namespace(namespace, {"metadata": {"labels": {POD_SECURITY_ENFORCE: "restricted"}}})
 
 
 @pytest.fixture

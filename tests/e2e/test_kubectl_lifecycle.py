@@ -11,6 +11,9 @@ import pytest
 import yaml
 
 from pets_api import GROUP, VERSION
+from pets_localkube.kubernetes_cluster import KubernetesCluster
+
+from .conftest import NAMESPACE, POD_SECURITY_ENFORCE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.both_servers]
 
@@ -37,7 +40,7 @@ def status(api, name: str) -> dict:
     return (api.job(name) or {}).get("status") or {}
 
 
-def test_apply_get_wait_describe_logs_delete(api, operator_process, stand_in_env, run_kubectl, tmp_path, wait_for):
+def test_apply_get_wait_describe_logs_delete(cluster, api, operator_process, stand_in_env, run_kubectl, tmp_path, wait_for):
     operator = operator_process(stand_in_env)
     path = manifest(tmp_path / "job.yaml", "life", numNodes=3, processesPerNode=2, epochs=3)
     assert "petstrainingjob.training.pets.dev/life created" in run_kubectl("apply", "-f", str(path)).stdout
@@ -48,7 +51,8 @@ def test_apply_get_wait_describe_logs_delete(api, operator_process, stand_in_env
     table = run_kubectl("get", "ptj", "life").stdout.splitlines()
     assert table[0].split() == ["NAME", "PHASE", "NODES", "EPOCH", "ACCURACY", "AGE"]
     row = table[1].split()
-    assert row[:4] == ["life", "Succeeded", "3", "2"] and float(row[4]) == status(api, "life")["accuracy"]
+    # EPOCH counts epochs completed from 1, as every number a person reads does: all 3 of 3.
+    assert row[:4] == ["life", "Succeeded", "3", "3"] and float(row[4]) == status(api, "life")["accuracy"]
 
     described = run_kubectl("describe", "ptj", "life").stdout
     assert "Name:         life" in described and "Phase:" in described and "Succeeded" in described
@@ -56,13 +60,15 @@ def test_apply_get_wait_describe_logs_delete(api, operator_process, stand_in_env
     pods = api.pods("life")
     assert sorted(p.metadata.name for p in pods) == ["life-0", "life-1", "life-2"]
     assert all(p.metadata.owner_references[0].kind == "PetsTrainingJob" for p in pods)
+    if isinstance(cluster, KubernetesCluster):  # these pods passed kube-apiserver's PodSecurity admission
+        assert api.core.read_namespace(NAMESPACE).metadata.labels[POD_SECURITY_ENFORCE] == "restricted"
     env = {e.name: e.value for e in pods[0].spec.containers[0].env if e.value is not None}
     assert env["NUM_MACHINES"] == "3" and env["NPROC_PER_NODE"] == "2"
     logs = run_kubectl("logs", "life-0").stdout
     assert "stand-in rank 0 of 3" in logs and "epoch 2 done" in logs
 
-    # The operator has no delete handler (its finalizer only lets the job's daemon stop): the garbage
-    # collector removes the pods and the Service through their ownerReferences.
+    # The operator has no delete handler and the job no finalizer: the garbage collector removes the
+    # pods and the Service through their ownerReferences.
     assert 'petstrainingjob.training.pets.dev "life" deleted' in run_kubectl("delete", "ptj", "life").stdout
     wait_for("pods and Service garbage-collected", lambda: not api.pods("life") and not api.services("life"), 60)
 

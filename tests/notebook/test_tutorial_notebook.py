@@ -14,6 +14,18 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "tutorial-cluster.ipyn
 PRINTED = re.compile(r"^epoch (\d+): (\d+\.\d\d)$", re.MULTILINE)
 
 
+def without_exit_barrier_race(log: str) -> str:
+    """The log less torch's one known harmless traceback. The elastic agents meet in an exit barrier on the
+    store that machine 0's agent hosts; when that agent exits first, another's last read fails with
+    "Connection reset by peer" and torch logs it with a traceback (pytorch/pytorch#69520, open; the run
+    is not affected). Every line of it carries the `api.py:LINE]` of that one log call; nothing else goes."""
+    marker = next((line for line in log.splitlines() if "Error waiting on exit barrier" in line), None)
+    if marker is None:
+        return log
+    location = re.search(r"agent/server/api\.py:\d+\]", marker).group(0)
+    return "\n".join(line for line in log.splitlines() if location not in line)
+
+
 def outputs_text(cell) -> str:
     parts = []
     for output in cell.get("outputs", []):
@@ -70,7 +82,7 @@ def test_the_tutorial_runs_multi_node_from_a_real_kernel(notebook_cluster, clien
     assert [epoch for epoch, _ in printed] == [0, 1], log[-3000:]
     assert [(entry["epoch"], round(100 * entry["accuracy"], 2)) for entry in status["epochs"]] == printed
     assert status["accuracy"] == status["epochs"][-1]["accuracy"]
-    assert "Traceback" not in log and "Traceback" not in job.logs(index=1)
+    assert "Traceback" not in log and "Traceback" not in without_exit_barrier_race(job.logs(index=1))
 
     cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
     launch = next(cell for cell in cells if "cluster_launcher(training_loop" in cell.get("source", ""))

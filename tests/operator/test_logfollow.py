@@ -13,8 +13,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from pets_api.metric_lines import LineSplitter, split_lines
+from pets_operator import logfollow
 from pets_operator.epochs import EpochBook
-from pets_operator.logfollow import LogStreams, auth_headers, epoch_batches, parse_timestamp, split_timestamp
+from pets_operator.logfollow import (
+    LogBroken,
+    LogStreams,
+    LogUnavailable,
+    Retries,
+    auth_headers,
+    epoch_batches,
+    parse_timestamp,
+    split_timestamp,
+)
 
 STAMP = "2026-01-01T00:00:00.500000000Z"
 
@@ -132,6 +142,39 @@ async def test_following_stops_when_the_pod_is_gone():
     api = FakeApi([404], [None])
     await follow(api, EpochBook([], lambda _: None), on_error=lambda *args: errors.append(args[:2]))
     assert errors and errors[0] == ("get", "pods/log")
+
+
+def test_an_api_server_away_is_waited_out_backing_off_and_a_refused_log_is_given_up(monkeypatch):
+    monkeypatch.setattr(logfollow, "MAX_FAILURES", 3)
+    retries = Retries()
+    for error in [ConnectionRefusedError(), LogUnavailable(503, "etcd"), LogBroken("reset"), LogUnavailable(429, "")] * 5:
+        retries.failed(error)
+        assert not retries.give_up()
+    assert retries.delay() == logfollow.RETRY_MAX_SECONDS
+    retries.answered()
+    assert retries.delay() == logfollow.RETRY_SECONDS
+    retries.failed(ConnectionRefusedError())
+    retries.failed(ConnectionRefusedError())
+    assert retries.delay() == 2 * logfollow.RETRY_SECONDS
+    for _ in range(2):
+        retries.failed(LogUnavailable(403, "forbidden"))
+    assert not retries.give_up() and retries.delay() == logfollow.RETRY_SECONDS
+    retries.failed(LogUnavailable(403, "forbidden"))
+    assert retries.give_up()
+
+
+async def test_a_log_broken_by_an_api_server_restart_is_read_again_however_long_the_restart(monkeypatch):
+    """More failed tries in a row than a refused log is given (the old follower stopped there, losing epoch 1)."""
+    monkeypatch.setattr(logfollow, "MAX_FAILURES", 3)
+    monkeypatch.setattr(logfollow, "RETRY_SECONDS", 0.01)
+    monkeypatch.setattr(logfollow, "RETRY_MAX_SECONDS", 0.02)
+    book = EpochBook([], lambda _: None)
+    api = FakeApi([["text\n", epoch_line(0, 0.4), '{"event": "ep'], 503, 503, 502, 503, 503, 504,
+                   ["text\n", epoch_line(0, 0.4), epoch_line(1, 0.6)]],
+                  [("uid", "Running"), ("uid", "Succeeded")])
+    await follow(api, book)
+    assert book.epochs == [{"epoch": 0, "accuracy": 0.4}, {"epoch": 1, "accuracy": 0.6}]
+    assert len([request for request in api.requests if request[0] == "log"]) == 8
 
 
 async def test_the_attempt_and_resumed_lines_reach_the_book_one_add_per_run():

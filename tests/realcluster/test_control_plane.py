@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from pets_localkube.control_plane import ControlPlaneError, KubernetesControlPlane
+from pets_localkube.control_plane import ControlPlaneError, KubernetesControlPlane, port_in_use
 
 pytestmark = pytest.mark.realcluster
 
@@ -229,6 +229,44 @@ def test_stop_leaves_no_process_behind(control_plane_bin, tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert processes_mentioning(str(tmp_path / "cp")) == []
+
+
+def test_a_killed_component_starts_again_with_its_port_certificates_and_data(control_plane_bin, tmp_path):
+    with KubernetesControlPlane(tmp_path / "cp", port=0, bin_dir=control_plane_bin) as plane:
+        from kubernetes import config
+
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(plane.kubeconfig)))
+        core.create_namespaced_config_map("default", {"metadata": {"name": "kept"}, "data": {"a": "1"}})
+        url, pid = plane.url, plane.process_ids()["kube-apiserver"]
+
+        plane.kill("kube-apiserver")
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+        assert not port_in_use(plane.port)  # nothing listens there any more
+        with pytest.raises(ValueError, match="not running"):
+            plane.kill("kube-apiserver")
+        plane.start_again("kube-apiserver")
+        # The same port, the same serving certificate and CA (the admin kubeconfig still works), the same data.
+        assert plane.url == url and plane.process_ids()["kube-apiserver"] != pid
+        assert core.read_namespaced_config_map("kept", "default").data == {"a": "1"}
+
+        plane.kill("etcd")
+        plane.start_again("etcd")  # its data directory kept: what was written before is there
+        wait_for(lambda: _read_or_none(core, "kept"), timeout=60, what="kube-apiserver to reach etcd again")
+        core.create_namespaced_config_map("default", {"metadata": {"name": "after"}, "data": {"b": "2"}})
+        assert core.read_namespaced_config_map("after", "default").data == {"b": "2"}
+        with pytest.raises(ValueError, match="is running"):
+            plane.start_again("etcd")
+        log = plane.logs["etcd"].read_text()
+        assert log.count("# ") >= 2 and "--data-dir" in log  # both starts' command lines, the log appended to
+    assert processes_mentioning(str(tmp_path / "cp")) == []
+
+
+def _read_or_none(core, name: str):
+    try:
+        return core.read_namespaced_config_map(name, "default", _request_timeout=5)
+    except Exception:  # noqa: BLE001 - 5xx or no answer while etcd comes back
+        return None
 
 
 def test_a_component_that_exits_early_stops_the_start_and_everything_started(control_plane_bin, tmp_path):

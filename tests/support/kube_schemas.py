@@ -12,6 +12,10 @@ from pets_localkube.schema import CustomResourceSchema
 
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
 KUBE_VERSIONS = ("1.25", kubernetes_validate.utils.latest_version())
+# Kinds newer than the floor, checked from the release that serves them: the chart renders them only for such
+# clusters (the admission policy needs 1.30 and refuses to render for older ones: templates/policy.yaml).
+INTRODUCED = {("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "1.30",
+              ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): "1.30"}
 
 
 def describe(obj: dict[str, Any]) -> str:
@@ -42,7 +46,7 @@ def problems(obj: dict[str, Any], custom: dict[tuple[str, str], CustomResourceSc
         found = [f"{describe(obj)}: unknown field {path}" for path in pruned]
         return found + [f"{describe(obj)}: {cause['field']}: {cause['message']}" for cause in schema.validate(candidate)]
     found = []
-    for version in KUBE_VERSIONS:
+    for version in (INTRODUCED.get(key, version) for version in KUBE_VERSIONS):
         try:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.SchemaNotFoundError:

@@ -37,7 +37,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $scope -}}
 {{- end -}}
 
-{{/* Permissions in each namespace it serves: the calls in pets_operator/kube.py and kopf's own. */}}
+{{/* Permissions in each namespace it serves: the calls in pets_operator/kube.py and kopf's own, and no more
+     (tests/deploy/test_chart.py derives them from the code and checks these rules equal them). */}}
 {{- define "pets-operator.namespacedRules" -}}
 # The resource it serves: kopf watches it and patches its finalizer and annotations; the
 # operator deletes finished jobs after spec.ttlSecondsAfterFinished.
@@ -46,7 +47,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get, list, watch, patch, delete]
 - apiGroups: [training.pets.dev]
   resources: [petstrainingjobs/status]
-  verbs: [get, patch]
+  verbs: [patch]
 # What each job owns: one pod per node (watched through a kopf index) and one headless
 # Service, which the garbage collector removes with the job; pod 0's log carries the metrics.
 # `get` on each kind it creates: an object already there under its name is adopted only when it is
@@ -80,11 +81,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   verbs: [get, create]
 {{- end }}
 {{- end }}
-# kopf posts its handler progress and errors as core events; the operator reads the kubelet's
+# kopf posts its handler progress and errors as core events; the operator lists the kubelet's
 # FailedMount Warning events of a job's pods (a volume that cannot be mounted is said nowhere else).
 - apiGroups: [""]
   resources: [events]
-  verbs: [get, list, watch, create]
+  verbs: [list, create]
 {{- end -}}
 
 {{/* "true" when the pods elect a leader on a Lease (peering, when enabled, picks the active pod instead). */}}
@@ -105,4 +106,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if and (include "pets-operator.leaderElection" .) (not (and (gt (int $elect.leaseDurationSeconds) (int $elect.renewDeadlineSeconds)) (gt (mulf (int $elect.renewDeadlineSeconds) 10) (mulf (int $elect.retryPeriodSeconds) 12)))) -}}
 {{- fail (printf "leaderElection needs leaseDurationSeconds > renewDeadlineSeconds > 1.2 x retryPeriodSeconds, got %v > %v > 1.2 x %v" $elect.leaseDurationSeconds $elect.renewDeadlineSeconds $elect.retryPeriodSeconds) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The admission policy, its binding and its parameter ConfigMap. */}}
+{{- define "pets-operator.policyName" -}}
+{{- printf "%s-policy" (include "pets-operator.fullname" . | trunc 56 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* policy.allowedImages with trainerImage first: the image jobs without spec.image get is always allowed. */}}
+{{- define "pets-operator.allowedImages" -}}
+{{- prepend .Values.policy.allowedImages .Values.trainerImage | uniq | join "," -}}
 {{- end -}}

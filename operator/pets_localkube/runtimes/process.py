@@ -27,6 +27,7 @@ from ..client import ApiStatusError, Client
 from ..environment import LOOPBACK, PathMap, PortMap, expand, field_ref, rewrite_env
 from ..events import NORMAL, WARNING, EventRecorder, container_field_path
 from ..projected import config_map_files, projected_files, secret_files, write_files
+from ..status_report import StatusReporter
 from ..storage import POD_FAILED, POD_SUCCEEDED, TERMINAL_POD_PHASES, now
 from ..volumes import MountError, check_host_path, is_read_only
 
@@ -321,6 +322,7 @@ class PodWorker:
         self.task: asyncio.Task | None = None
         self.pod_ip = LOOPBACK  # the docker runtime reports each pod's own address
         self.conditions: list[dict[str, Any]] = []  # as last reported, with their transition times
+        self.status_reporter = StatusReporter(self._write_status, self.path)  # written until it lands
 
     # --- volumes and processes ---------------------------------------------------------------
 
@@ -493,12 +495,9 @@ class PodWorker:
             **({"initContainerStatuses": init_statuses} if init_statuses else {}),
             "conditions": [scheduled, *self.conditions],
         }
-        try:
-            await self.kubelet.client.merge_patch(self.path + "/status", {"status": status})
-        except ApiStatusError as error:
-            if error.code == 404:  # deleted meanwhile
-                logger.debug("status of %s: %s", self.path, error)
-            else:  # refused (e.g. by the API server's validation): say so, the pod's status is stale
-                logger.warning("status of %s refused: %s", self.path, error)
+        await self.status_reporter.send(status)
+
+    async def _write_status(self, status: dict[str, Any]) -> None:
+        await self.kubelet.client.merge_patch(self.path + "/status", {"status": status})
 
 

@@ -50,22 +50,25 @@ def reconcile(name: str, spec: Mapping[str, Any], status: Mapping[str, Any] | No
               pods: Iterable[PodView], now: datetime, problems: list[str], logs_drained: bool = True,
               create_failure: CreateFailure | None = None, initialization: Initialization | None = None,
               mount_failures: Mapping[str, str] | None = None,
-              restart_backoff: float = RESTART_BACKOFF_SECONDS) -> Plan:
+              restart_backoff: float = RESTART_BACKOFF_SECONDS, forbidden: list[str] | None = None) -> Plan:
     """`spec` has the defaults applied; `problems` are its validation problems (empty when valid);
+    `forbidden`: the rules of the cluster's policy it breaks (`policy`);
     `create_failure`: how the last creation of the group's objects failed, None when it did not;
     `initialization`: what pod 0's log said of its downloads (the current attempt's); `mount_failures`:
     pod name -> the kubelet's FailedMount message; `restart_backoff`: seconds before the first restart."""
     step = Step.begin(name, spec, status, generation, now, list(pods), logs_drained, create_failure,
                       initialization or Initialization(), mount_failures=dict(mount_failures or {}),
                       restart_backoff=restart_backoff)
-    plan = _decide(step, problems)
+    plan = _decide(step, problems, forbidden or [])
     plan.events[:0] = step.events
     return plan
 
 
-def _decide(step: Step, problems: list[str]) -> Plan:
+def _decide(step: Step, problems: list[str], forbidden: list[str]) -> Plan:
     if step.status.get("phase") in FINAL_PHASES:
         return finish.finished(step)
+    if forbidden and not step.pods:  # checked before pods are created: a running group is left to finish
+        return failure.refused_by_policy(step, forbidden)
     if problems:
         return failure.invalid_spec(step, problems)
     group = Group.of(step.pods, step.attempt, step.num_nodes)

@@ -1,4 +1,4 @@
-"""The job failing: an invalid spec, a refused creation, a name taken by another object, a failed worker (pure).
+"""The job failing: an invalid spec, a spec the cluster's policy refuses, a refused creation, a name taken by another object, a failed worker (pure).
 
 A failed worker restarts the whole group while backoffLimit allows, after a back-off that doubles with
 each restart (the Job controller's: 10 s, 20 s, ... at most 6 minutes); a permanent failure (a
@@ -19,6 +19,7 @@ from .plan import Event, Plan
 from .step import CREATE_REFUSED, INITIALIZED, NAME_CONFLICT, Step
 
 DATA_UNAVAILABLE, MODEL_UNAVAILABLE = "DataUnavailable", "ModelUnavailable"
+POLICY_VIOLATION = "PolicyViolation"  # the admin's policy (`policy`) refuses the spec: nothing is created
 INVALID_INPUT = "InvalidInput"  # the trainer refused its input (exit status 2): the spec or the data must change
 RESTART_BACKOFF_MAX_SECONDS = 360.0
 RESTARTING = "Restarting"
@@ -29,6 +30,12 @@ def invalid_spec(step: Step, problems: list[str]) -> Plan:
     step.finish(FAILED, message)
     step.condition(FAILED, True, "InvalidSpec", message)
     return Plan(step.status, events=[Event("Warning", "InvalidSpec", message)], finished=True)
+
+
+def refused_by_policy(step: Step, problems: list[str]) -> Plan:
+    """For good: only a new job (or the admin's policy) can change it. Asked only before the job's pods are
+    created, as admission is: a group created under a looser policy runs on, and its restart is refused."""
+    return _stop(step, POLICY_VIOLATION, "refused by the cluster's policy: " + "; ".join(problems))
 
 
 def ends_the_job(step: Step, failure: CreateFailure) -> bool:

@@ -1,4 +1,4 @@
-"""The job failing: an invalid spec, a failed worker (restarted within backoffLimit), its cause."""
+"""The job failing: an invalid spec, a spec the policy forbids, a failed worker (restarted within backoffLimit), its cause."""
 from datetime import timedelta
 
 import pytest
@@ -141,3 +141,31 @@ def test_restarts_back_off_10s_doubling_up_to_6_minutes(spec):
     # The base comes from the operator's configuration.
     quick = step(spec, second.status, [], now=later + timedelta(seconds=2), restart_backoff=1.0)
     assert quick.create_pods == [0, 1]
+
+
+def test_a_spec_the_policy_forbids_fails_for_good_and_creates_nothing(spec):
+    forbidden = ['spec.image "evil:1" is not an allowed trainer image (allowed: pets-trainer:0.1.0); a cluster admin '
+                 'allows it with the chart value policy.allowedImages']
+    plan = step(spec, forbidden=forbidden)
+    assert plan.status["phase"] == "Failed" and plan.create_pods == [] and plan.delete_pods == []
+    assert plan.status["message"] == "refused by the cluster's policy: " + forbidden[0]
+    assert condition(plan, "Failed")["reason"] == "PolicyViolation"
+    assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", "PolicyViolation", plan.status["message"])]
+    # Not retried: the next step keeps it Failed and creates nothing, whatever the policy says by then.
+    later = step(spec, plan.status)
+    assert later.status["phase"] == "Failed" and later.create_pods == [] and later.events == []
+
+
+def test_a_group_created_before_the_policy_got_stricter_runs_on_and_is_not_recreated(spec):
+    spec = {**spec, "backoffLimit": 1}
+    forbidden = ["spec.data.hostPath ..."]
+    running = step(spec, step(spec).status, pods("Running", "Running")).status
+    # Checked before pods are created, as admission is: the running group is left alone.
+    still = step(spec, running, pods("Running", "Running"), forbidden=forbidden)
+    assert still.status["phase"] == "Running" and still.delete_pods == [] and still.events == []
+    # Its worker fails: the group goes as any failed group does; the new one is refused.
+    failed = step(spec, running, pods("Running", "Failed"), forbidden=forbidden)
+    assert failed.status["phase"] == "Pending" and sorted(failed.delete_pods) == ["pets-0", "pets-1"]
+    refused = step(spec, failed.status, [], now=T0 + timedelta(seconds=10), forbidden=forbidden)
+    assert refused.status["phase"] == "Failed" and refused.create_pods == []
+    assert condition(refused, "Failed")["reason"] == "PolicyViolation"
