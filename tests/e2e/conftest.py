@@ -130,11 +130,6 @@ def cluster_crds() -> list[Path]:
     return [REPO / "manifests" / "crd.yaml"]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "both_servers: run on the emulated API server and on kube-apiserver "
-                                       "(the `cluster` fixture's params emulated, kubernetes)")
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "cluster" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_servers"):
         metafunc.parametrize("cluster", SERVERS, indirect=True)

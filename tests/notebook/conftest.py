@@ -11,14 +11,35 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "manifests" / "crd.yaml"
+SERVERS = ["emulated", pytest.param("kubernetes", marks=pytest.mark.realcluster)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "notebook_cluster" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_servers"):
+        metafunc.parametrize("notebook_cluster", SERVERS, indirect=True)
+
+
+def started_cluster(tmp_path: Path, request: pytest.FixtureRequest):
+    """The emulated API server, or (param "kubernetes") kube-apiserver with the local kubelet as its Node and
+    the jobs' namespace under Pod Security `restricted`, as tests/e2e's `cluster` fixture has them."""
+    if getattr(request, "param", "emulated") == "kubernetes":
+        from pets_localkube.kubernetes_cluster import KubernetesCluster
+        from tests.e2e.conftest import control_plane_bin
+
+        return KubernetesCluster(tmp_path / "cluster", cpu=2, crds=[CRD], bin_dir=control_plane_bin(request.config))
+    from pets_localkube import LocalCluster
+
+    return LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=[CRD])
 
 
 @pytest.fixture
-def notebook_cluster(tmp_path, monkeypatch):
+def notebook_cluster(tmp_path, monkeypatch, request):
     """A local cluster and the operator; KUBECONFIG set for this process and the kernels it starts."""
-    from pets_localkube import LocalCluster
+    with started_cluster(tmp_path, request) as cluster:
+        if getattr(request, "param", "emulated") == "kubernetes":
+            from tests.e2e.conftest import NAMESPACE, restrict_pod_security
 
-    with LocalCluster(workdir=tmp_path / "cluster", cpu=2, crds=[CRD]) as cluster:
+            restrict_pod_security(cluster.kubeconfig, NAMESPACE)
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # a pod's service account would come first
         log_path = tmp_path / "operator.log"

@@ -37,6 +37,7 @@ def reports(epochs):
         report(epoch=epoch, accuracy=0.1 * epoch + 0.0123, train_loss=1.0 / (epoch + 1))
 
 
+@pytest.mark.both_servers
 def test_a_function_that_raises_fails_the_job_with_its_error(client):
     with pytest.raises(JobFailed) as failed:
         cluster_launcher(diverges, ("the loss diverged",), num_nodes=2, env=ONE_THREAD, client=client, timeout=300)
@@ -52,6 +53,7 @@ def test_a_function_that_raises_fails_the_job_with_its_error(client):
     assert lines.index("error: ValueError: the loss diverged") > lines.index("Traceback (most recent call last):")
 
 
+@pytest.mark.both_servers
 def test_exact_metrics_replace_and_follow(client):
     job = cluster_launcher(reports, (6,), num_nodes=1, env=ONE_THREAD, client=client, wait=False)
     streamed = io.StringIO()
