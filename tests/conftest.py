@@ -30,3 +30,23 @@ def kubectl() -> str:
         return str(k8s_tools.ensure_tools().kubectl)
     except Exception as error:  # no PATH binary and no way to fetch one
         pytest.skip(f"no kubectl on PATH and none could be fetched: {error}")
+
+
+def real_server_outcomes(stats: dict[str, list]) -> dict[str, int]:
+    """How many `realcluster` tests (those judged by kube-apiserver) passed, failed or were skipped."""
+    outcomes: dict[str, set[str]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in stats.get(outcome, []):
+            if not getattr(report, "keywords", {}).get("realcluster"):
+                continue
+            if outcome == "passed" and report.when != "call":
+                continue
+            outcomes.setdefault(outcome, set()).add(report.nodeid)
+    return {outcome: len(ids) for outcome, ids in outcomes.items()}
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    counts = real_server_outcomes(terminalreporter.stats)
+    if counts:
+        terminalreporter.write_line("tests on kube-apiserver (realcluster): "
+                                    + ", ".join(f"{count} {outcome}" for outcome, count in counts.items()))
