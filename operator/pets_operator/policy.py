@@ -2,7 +2,7 @@
 
 A user who may create a PetsTrainingJob must not get, through the operator's ServiceAccount, pods they could
 not create themselves: another image, or a node's file system mounted by hostPath. kube-apiserver refuses such
-jobs with the chart's ValidatingAdmissionPolicy (`charts/pets-operator/templates/admission-policy.yaml`); the
+jobs with the chart's ValidatingAdmissionPolicy (`charts/pets-operator/templates/policy.yaml`); the
 operator checks the same rules, with the same messages, before it creates anything, for clusters without that
 policy and for jobs created before it. Both read one set of settings: the chart's `policy.*` values, rendered
 into one ConfigMap (the policy's parameter object, whose keys the Deployment passes to the operator as
