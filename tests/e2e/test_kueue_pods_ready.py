@@ -3,7 +3,8 @@ with the local kubelet as its Node: a group Kueue admits (its quota fits) but th
 (the node's CPU is half taken by a job Kueue does not manage) is evicted when its pods are not all Ready within the
 timeout; the operator records it on the job (Requeued, reason PodsReadyTimeout, no restart charged) and queues the
 next attempt as a new group; the placed pod never trained (it waited at the rendezvous, as torch.distributed's does).
-Once the node has room, the next group runs and the job succeeds, each epoch trained once.
+The job is then suspended while the node gets room (so no attempt is caught half way when it does), resumed: the next
+group runs whole and the job succeeds, each epoch trained once.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pets_api import names
+from pets_api import GROUP, PLURAL, VERSION, names
 from pets_localkube.kueue import wait_for_pods_ready
 from tests.e2e.conftest import NAMESPACE
 from tests.e2e.test_kueue_jobs import (  # noqa: F401  (cluster: a fixture)
@@ -44,10 +45,16 @@ def evicted(workload: dict | None) -> dict:
     return conditions((workload or {}).get("status") or {}).get("Evicted") or {}
 
 
-def rendezvous_logs(running, job: str) -> list[str]:
-    """Pod 0's trainer logs, one per attempt (the kubelet keeps a deleted pod's)."""
-    return [(log_dir / "trainer.log").read_text()
-            for log_dir in sorted((Path(running.workdir) / "logs").glob(f"{NAMESPACE}_{job}-0_*"))]
+def trainer_logs(running, job: str) -> dict[str, str]:
+    """Every started pod's trainer log, those of deleted pods too (the cluster keeps them): {directory: text}."""
+    return {log_dir.name: (log_dir / "trainer.log").read_text()
+            for log_dir in (Path(running.workdir) / "logs").glob(f"{NAMESPACE}_{job}-*") if (log_dir / "trainer.log").exists()}
+
+
+def passed_rendezvous(logs: dict[str, str]) -> list[str]:
+    for text in logs.values():
+        assert "waiting for every machine at the rendezvous" in text, text
+    return sorted(name for name, text in logs.items() if "all machines are there" in text)
 
 
 def test_a_half_started_group_is_evicted_requeued_and_never_trains(api, cluster, kueue_pods_ready, operator_process,  # noqa: F811
@@ -68,12 +75,13 @@ def test_a_half_started_group_is_evicted_requeued_and_never_trains(api, cluster,
     job = create(api, "half", spec)
     group = names.kueue_pod_group_name("half", 0, job["metadata"]["uid"])
 
-    def half_started():
-        pods = {p.metadata.name: p for p in api.pods("half")}
-        return len(pods) == 2 and pods["half-0"].status.phase == "Running" and \
-            pod_scheduled(pods["half-1"])[0] == "Unschedulable" and pods
-    pods = wait_for("half-0 running and half-1 unschedulable", half_started, 60, operator.logs)
-    print(f"\nhalf admitted: half-0 {pods['half-0'].status.phase}, half-1 {pod_scheduled(pods['half-1'])}")
+    def half_started():  # Kueue admitted the group (its quota fits); the scheduler placed one pod, either one
+        pods = api.pods("half")
+        placed = [p.metadata.name for p in pods if p.status.phase == "Running"]
+        unplaced = [p.metadata.name for p in pods if pod_scheduled(p)[0] == "Unschedulable"]
+        return len(placed) == len(unplaced) == 1 and (placed[0], unplaced[0])
+    placed, unplaced = wait_for("one pod of half running, the other unschedulable", half_started, 60, operator.logs)
+    print(f"\nhalf admitted and half placed: {placed} Running, {unplaced} Unschedulable")
 
     eviction = wait_for(f"Workload {group} evicted", lambda: evicted(workloads(api).get(group)).get("status") == "True"
                         and evicted(workloads(api)[group]), 90, operator.logs)
@@ -89,19 +97,34 @@ def test_a_half_started_group_is_evicted_requeued_and_never_trains(api, cluster,
     assert requeued["restarts"] == 0 and requeued["attempt"] >= 1 and not requeued.get("epochs")
     assert "Requeued" in [e.reason for e in api.events("half")]
 
-    # The node gets room: the next group (a new Workload) is admitted, placed whole, and trains.
+    # Held still (suspended) while the node gets room, so that no group is half placed when the blocker goes:
+    # up to here no pod of half passed the rendezvous and nothing trained.
+    patch_suspend(api, "half", True)
+    wait_for("half suspended without pods", lambda: status_of(api, "half").get("phase") == "Suspended"
+             and not api.pods("half"), 60, operator.logs)
     api.delete_job("blocker")
+    wait_for("the blocker's pod gone", lambda: not api.pods("blocker"), 120, operator.logs)
+    evicted_attempts = status_of(api, "half")["attempt"]
+    assert passed_rendezvous(trainer_logs(cluster, "half")) == []
+    assert not (checkpoint / "trained.log").exists()
+
+    # The next group (a new Workload) is admitted, placed whole, and trains.
+    patch_suspend(api, "half", False)
     done = wait_for("half to finish", lambda: status_of(api, "half").get("phase") in FINAL
                     and status_of(api, "half"), 240, operator.logs)
     assert done["phase"] == "Succeeded", done.get("message")
     assert [e["epoch"] for e in done["epochs"]] == list(range(epochs))
     assert done["restarts"] == 0 and "Failed" not in conditions(done)
-    logs = rendezvous_logs(cluster, "half")
-    print(f"half: Succeeded as attempt {done['attempt']}; pod 0's {len(logs)} run(s) passed the rendezvous: "
-          f"{['all machines are there' in log for log in logs]}; trained {trained_runs(checkpoint)}")
-    # Every half-started group's pod 0 waited at the rendezvous and was stopped there: one run trained, all of it.
-    assert len(logs) == done["attempt"] + 1
-    assert ["all machines are there" in log for log in logs].count(True) == 1
-    assert all("waiting for every machine" in log for log in logs)
+    requeues = [e for e in api.events("half") if e.reason == "Requeued"]
+    print(f"half: {len(requeues)} Requeued Event(s) ({', '.join(sorted({e.type for e in requeues}))}), "
+          f"suspended as attempt {evicted_attempts}, Succeeded as attempt {done['attempt']}, restarts "
+          f"{done['restarts']}; pods past the rendezvous: {len(passed_rendezvous(trainer_logs(cluster, 'half')))} "
+          f"of {len(trainer_logs(cluster, 'half'))} started; trained {trained_runs(checkpoint)}")
+    # One group, the whole one, passed the rendezvous; its pod 0 trained every epoch, once.
+    assert len(passed_rendezvous(trainer_logs(cluster, "half"))) == 2
     assert trained_runs(checkpoint) == [list(range(epochs))]
     assert "Traceback" not in operator.logs()
+
+
+def patch_suspend(api, name: str, suspend: bool) -> None:
+    api.custom.patch_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, name, {"spec": {"suspend": suspend}})
