@@ -5,7 +5,8 @@ server is the emulated one by default; `--control-plane kubernetes` runs Kuberne
 plane (built once by hack/control_plane.sh, which needs Go) and joins the local kubelet to it as a
 Node; `--with-kueue` then also installs and runs Kueue there (built once by hack/kueue.sh;
 `pets_localkube.kueue`) with a ResourceFlavor, a ClusterQueue of `--kueue-quota` (default: one
-2-node group of manifests/job.yaml) and a LocalQueue in `--kueue-namespace`. `local down --workdir
+2-node group of manifests/job.yaml) and a LocalQueue in `--kueue-namespace`, with Kueue's
+waitForPodsReady on with `--kueue-wait-for-pods-ready SECONDS`. `local down --workdir
 DIR` stops the `local up` of that work directory and every process it started (pods, kubelet,
 control plane, Kueue), as Ctrl-C does.
 """
@@ -68,6 +69,9 @@ def parse_args(argv: list[str], prog: str = "local", crds_help: str = "none") ->
     kueue.add_argument("--kueue-quota", default=DEFAULT_KUEUE_QUOTA,
                        help="the ClusterQueue's nominal quota (default: %(default)s, one 2-node group of "
                             "manifests/job.yaml: 2 x 500m CPU, 2 x 1Gi)")
+    kueue.add_argument("--kueue-wait-for-pods-ready", type=float, metavar="SECONDS",
+                       help="turn on Kueue's waitForPodsReady with this timeout: a group whose pods are not all "
+                            "Ready in time is evicted and requeued (default: off)")
     kueue.add_argument("--kueue-bin-dir", type=Path,
                        help="the kueue binary's directory (default: $PETS_KUEUE_BIN, else what hack/kueue.sh built)")
     down = sub.add_parser("down", help="stop the `local up` of a work directory and every process it started")
@@ -185,7 +189,9 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
         if kueue is not None:
             print(f"Kueue at {kueue.webhook_url} (log {kueue.log}); LocalQueue "
                   f"{args.kueue_namespace}/{args.kueue_local_queue} onto ClusterQueue {args.kueue_cluster_queue} "
-                  f"(quota {','.join(f'{k}={v}' for k, v in args.kueue_quota.items())})")
+                  f"(quota {','.join(f'{k}={v}' for k, v in args.kueue_quota.items())})"
+                  + (f"; waitForPodsReady timeout {args.kueue_wait_for_pods_ready:g}s"
+                     if args.kueue_wait_for_pods_ready is not None else ""))
         print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
         stop.wait()
     finally:
@@ -198,9 +204,11 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
 
 def start_kueue(args: argparse.Namespace, cluster: Any) -> Any:
     """Kueue installed into the running control plane, with its queues; stopped by the caller."""
-    from .kueue import Kueue
+    from .kueue import Kueue, wait_for_pods_ready
 
-    kueue = Kueue(cluster.kubeconfig, cluster.workdir / "kueue", bin_dir=args.kueue_bin_dir)
+    timeout = args.kueue_wait_for_pods_ready
+    kueue = Kueue(cluster.kubeconfig, cluster.workdir / "kueue", bin_dir=args.kueue_bin_dir,
+                  pods_ready=None if timeout is None else wait_for_pods_ready(timeout))
     kueue.start()
     try:
         kueue.serve_namespace(args.kueue_namespace, args.kueue_quota, args.kueue_local_queue, args.kueue_cluster_queue)

@@ -223,12 +223,28 @@ def namespace_selector(excluded: Iterable[str]) -> dict[str, Any]:
                                   "values": sorted(set(excluded))}]}
 
 
+def wait_for_pods_ready(timeout_seconds: float, block_admission: bool = False,
+                        backoff_base_seconds: int = 60, backoff_limit_count: int | None = None) -> dict[str, Any]:
+    """Kueue's `waitForPodsReady` (v1beta2: on when present, no `enable` field): a Workload admitted
+    whose pods are not all Ready within `timeout_seconds` is evicted (Evicted=True, reason
+    PodsReadyTimeout), its pods stopped, and it is requeued after a backoff of about
+    `backoff_base_seconds` × 2^(n-1), from the eviction's time, deactivated after
+    `backoff_limit_count` requeues (None: never). `block_admission`: the ClusterQueue admits nothing
+    else while an admitted Workload's pods are not all Ready."""
+    strategy: dict[str, Any] = {"timestamp": "Eviction", "backoffBaseSeconds": backoff_base_seconds}
+    if backoff_limit_count is not None:
+        strategy["backoffLimitCount"] = backoff_limit_count
+    return {"timeout": f"{timeout_seconds:g}s", "blockAdmission": block_admission, "requeuingStrategy": strategy}
+
+
 def configuration(webhook_port: int, health_port: int, cert_dir: Path,
-                  excluded_namespaces: Iterable[str] = (), frameworks: Sequence[str] = ("pod",)) -> dict[str, Any]:
+                  excluded_namespaces: Iterable[str] = (), frameworks: Sequence[str] = ("pod",),
+                  pods_ready: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Kueue's Configuration for a local process: webhooks on 127.0.0.1, no leader election, no
     metrics or visibility servers, pods managed only with a queue-name label and outside the
-    system namespaces (and `excluded_namespaces`)."""
-    return {
+    system namespaces (and `excluded_namespaces`); `pods_ready`: a `waitForPodsReady` section
+    (`wait_for_pods_ready()`), none by default."""
+    config = {
         "apiVersion": CONFIG_API_VERSION,
         "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -243,6 +259,9 @@ def configuration(webhook_port: int, health_port: int, cert_dir: Path,
         "integrations": {"frameworks": list(frameworks)},
         "featureGates": {"VisibilityOnDemand": False},
     }
+    if pods_ready is not None:
+        config["waitForPodsReady"] = dict(pods_ready)
+    return config
 
 
 def parse_quota(text: str) -> dict[str, str]:
@@ -444,11 +463,12 @@ class Kueue:
     `workdir` holds the certificates, the Configuration, Kueue's kubeconfig and its log
     (`kueue.log`). `excluded_namespaces`: namespaces Kueue does not manage, on top of the system
     ones. `identity`: "kueue" (its own user and RBAC) or "admin" (the given kubeconfig).
+    `pods_ready`: Kueue's `waitForPodsReady` (`wait_for_pods_ready()`), off by default.
     """
 
     def __init__(self, kubeconfig: Path | str, workdir: Path | str, bin_dir: Path | str | None = None,
                  excluded_namespaces: Iterable[str] = (), identity: str = "kueue",
-                 startup_timeout: float = 180, log_level: int = 2):
+                 startup_timeout: float = 180, log_level: int = 2, pods_ready: Mapping[str, Any] | None = None):
         if identity not in ("kueue", "admin"):
             raise ValueError(f"identity must be 'kueue' or 'admin', not {identity!r}")
         self.admin_kubeconfig = Path(kubeconfig).resolve()
@@ -458,6 +478,7 @@ class Kueue:
         self.identity = identity
         self.startup_timeout = startup_timeout
         self.log_level = log_level
+        self.pods_ready = pods_ready
         self.log = self.workdir / "kueue.log"
         self.config_file = self.workdir / "kueue-config.yaml"
         self.kubeconfig = self.workdir / "kueue.kubeconfig"
@@ -617,7 +638,8 @@ class Kueue:
 
         self._step = "start kueue"
         self.config_file.write_text(yaml.safe_dump(configuration(
-            self.webhook_port, self.health_port, cert_dir, self.excluded_namespaces), sort_keys=False))
+            self.webhook_port, self.health_port, cert_dir, self.excluded_namespaces,
+            pods_ready=self.pods_ready), sort_keys=False))
         self._log_handle = open(self.log, "wb")
         command = [str(release.binary), f"--config={self.config_file}", f"--kubeconfig={self.kubeconfig}",
                    f"--zap-log-level={self.log_level}", "--zap-devel=false"]
@@ -784,6 +806,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude-namespace", action="append", default=[],
                         help="a namespace Kueue does not manage (on top of the system ones); repeatable")
     parser.add_argument("--identity", choices=("kueue", "admin"), default="kueue")
+    parser.add_argument("--wait-for-pods-ready", type=float, metavar="SECONDS", default=None,
+                        help="turn on Kueue's waitForPodsReady with this timeout: a group whose pods are not "
+                             "all Ready in time is evicted and requeued")
     parser.add_argument("--bin-dir", type=Path, help=f"the kueue binary's directory (default: ${BIN_DIR_ENV}, "
                                                      f"else what hack/kueue.sh built)")
     args = parser.parse_args(argv)
@@ -793,7 +818,8 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir = Path(tempfile.mkdtemp(prefix="pets-kueue-"))
 
     kueue = Kueue(args.kubeconfig, args.workdir, bin_dir=args.bin_dir, excluded_namespaces=args.exclude_namespace,
-                  identity=args.identity)
+                  identity=args.identity,
+                  pods_ready=None if args.wait_for_pods_ready is None else wait_for_pods_ready(args.wait_for_pods_ready))
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())

@@ -10,6 +10,7 @@ two of these jobs would run side by side; the ClusterQueue's quota (cpu=1, memor
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,19 @@ def cluster(tmp_path, cluster_crds, request, kueue_bin):  # noqa: F811  (Kueue b
         yield running
 
 
-@pytest.fixture
-def kueue(cluster, kueue_bin, tmp_path):  # noqa: F811
+@contextmanager
+def serving(cluster, bin_dir: Path, workdir: Path, pods_ready: dict | None = None):
     """Kueue with its own identity, a LocalQueue team-a in the tests' namespace onto ClusterQueue pets-cq."""
-    with Kueue(cluster.kubeconfig, tmp_path / "kueue", bin_dir=kueue_bin) as running:
+    with Kueue(cluster.kubeconfig, workdir, bin_dir=bin_dir, pods_ready=pods_ready) as running:
         started = time.monotonic()
         running.serve_namespace(NAMESPACE, QUOTA, LOCAL_QUEUE, CLUSTER_QUEUE)
         print(f"\nqueues Active {time.monotonic() - started:.1f} s after Kueue was up")
+        yield running
+
+
+@pytest.fixture
+def kueue(cluster, kueue_bin, tmp_path):  # noqa: F811
+    with serving(cluster, kueue_bin, tmp_path / "kueue") as running:
         yield running
 
 

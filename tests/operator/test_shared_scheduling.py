@@ -10,7 +10,7 @@ import pytest
 
 from pets_api import names
 from pets_operator import builders
-from pets_operator.reconcile import reconcile
+from pets_operator.reconcile import disruption, reconcile
 from pets_operator.spec import with_defaults
 from pets_operator.status import PodView
 
@@ -265,6 +265,37 @@ def test_a_preempted_group_is_requeued_not_counted_against_backoff(spec):
     assert "not counted against backoffLimit" in condition(plan, "Requeued")["message"]
     assert [(e.type, e.reason) for e in plan.events] == [("Normal", "Requeued")]
     assert plan.delete_pods == [] and plan.create_pods == []  # Kueue already deletes them; its finalizer holds them
+
+
+# What the real Kueue v0.17 puts on the pods of a group it evicts because they were not all Ready within
+# waitForPodsReady's timeout, as tests/e2e/test_kueue_pods_ready.py saw it.
+PODS_READY_TIMEOUT = ("WorkloadEvictedDueToPodsReadyTimeout: Exceeded the PodsReady timeout "
+                      "default/half-8a847480-0")
+
+
+def test_a_group_evicted_for_not_starting_in_time_is_requeued_and_says_so(spec):
+    spec = shared(spec, queueName="team-a", backoffLimit=0, checkpoint={})
+    created = step(spec, step(spec).status, pods("Running", "Pending"))
+    # Kueue stops both pods; the operator may see only the unscheduled one deleted so far.
+    taken = pods("Running", "Pending", finalizers=(names.KUEUE_FINALIZER,))
+    taken[1] = pods("Running", "Pending", deleting=True, disruption=PODS_READY_TIMEOUT,
+                    finalizers=(names.KUEUE_FINALIZER,))[1]
+    plan = step(spec, created.status, taken)
+    requeued = condition(plan, "Requeued")
+    assert requeued["reason"] == "PodsReadyTimeout"
+    assert requeued["message"].startswith("Kueue evicted the group for not starting all its pods in time")
+    assert f"({PODS_READY_TIMEOUT})" in requeued["message"] and "not counted against backoffLimit" in requeued["message"]
+    assert plan.status["restarts"] == 0 and plan.status["attempt"] == plan.new_attempt == 1
+    assert plan.status["phase"] == "Pending" and "Failed" not in {c["type"] for c in plan.status["conditions"]}
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Requeued")]
+    assert plan.delete_pods == [taken[0].name]  # the whole group goes
+
+
+def test_the_requeue_reason_tells_kueue_s_evictions_apart():
+    assert disruption.requeue_reason(PODS_READY_TIMEOUT)[0] == "PodsReadyTimeout"
+    assert disruption.requeue_reason(PREEMPTED) == ("Preempted", "")
+    assert disruption.requeue_reason("EvictionByEvictionAPI: Eviction API: evicting") == ("PodsDeleted", "")
+    assert disruption.requeue_reason(None) == ("PodsDeleted", "")
 
 
 def test_the_new_group_waits_for_pods_held_by_kueue_s_finalizer(spec):

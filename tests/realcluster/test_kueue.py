@@ -28,6 +28,7 @@ from pets_localkube.kueue import (
     parse_quota,
     pinned_versions,
     queue_objects,
+    wait_for_pods_ready,
     webhook_configurations,
 )
 from pets_operator import builders
@@ -292,6 +293,16 @@ def test_the_configuration_manages_pods_with_a_queue_name_outside_the_system_nam
     assert config["webhook"] == {"host": "127.0.0.1", "port": 9443, "certDir": str(tmp_path)}
     assert config["internalCertManagement"]["enable"] is True  # seeded: see pets_localkube.kueue
     assert config["featureGates"] == {"VisibilityOnDemand": False} and config["metrics"] == {"bindAddress": "0"}
+    assert "waitForPodsReady" not in config  # off unless asked for
+
+
+def test_wait_for_pods_ready_goes_into_the_configuration_as_kueue_v1beta2_spells_it(tmp_path):
+    section = wait_for_pods_ready(12.5, backoff_base_seconds=5, backoff_limit_count=3)
+    assert section == {"timeout": "12.5s", "blockAdmission": False, "requeuingStrategy": {
+        "timestamp": "Eviction", "backoffBaseSeconds": 5, "backoffLimitCount": 3}}
+    assert "backoffLimitCount" not in wait_for_pods_ready(10)["requeuingStrategy"]  # requeued without end
+    config = configuration(9443, 8081, tmp_path, pods_ready=wait_for_pods_ready(10, block_admission=True))
+    assert config["waitForPodsReady"]["timeout"] == "10s" and config["waitForPodsReady"]["blockAdmission"] is True
 
 
 def test_quota_and_queues():

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from pets_localkube.control_plane import free_port
@@ -78,9 +79,10 @@ def test_local_up_with_kubernetes_runs_a_node_and_local_down_stops_everything(co
 
 
 def test_local_up_with_kueue_installs_kueue_and_its_queues_and_down_stops_it(control_plane_bin, kubectl, tmp_path):
-    """`local up --control-plane kubernetes --with-kueue`: Kueue runs (its own process, its webhooks),
-    a ResourceFlavor, a ClusterQueue of the default quota (one 2-node group of manifests/job.yaml) and
-    a LocalQueue in the namespace given, all Active; `local down` ends Kueue with the rest."""
+    """`local up --control-plane kubernetes --with-kueue`: Kueue runs (its own process, its webhooks; here
+    with waitForPodsReady on, in the Configuration it was given), a ResourceFlavor, a ClusterQueue of the
+    default quota (one 2-node group of manifests/job.yaml) and a LocalQueue in the namespace given, all
+    Active; `local down` ends Kueue with the rest."""
     from pets_localkube.kueue import locate_release
 
     try:
@@ -90,8 +92,8 @@ def test_local_up_with_kueue_installs_kueue_and_its_queues_and_down_stops_it(con
     workdir, kubeconfig = tmp_path / "work", tmp_path / "kubeconfig"
     env = {**os.environ, "PETS_CONTROL_PLANE_BIN": str(control_plane_bin), "PETS_KUEUE_BIN": str(kueue_bin)}
     up = subprocess.Popen([sys.executable, "-m", "pets_operator", "local", "up", "--control-plane", "kubernetes",
-                           "--with-kueue", "--kueue-local-queue", "team-a", "--workdir", str(workdir), "--cpu", "2",
-                           "--kubeconfig-out", str(kubeconfig)],
+                           "--with-kueue", "--kueue-local-queue", "team-a", "--kueue-wait-for-pods-ready", "30",
+                           "--workdir", str(workdir), "--cpu", "2", "--kubeconfig-out", str(kubeconfig)],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         printed = []
@@ -100,7 +102,10 @@ def test_local_up_with_kueue_installs_kueue_and_its_queues_and_down_stops_it(con
         assert printed[-1].startswith("export KUBECONFIG="), "".join(printed)
         said = next(line for line in printed if line.startswith("Kueue at https://127.0.0.1:"))
         print(f"\n{said}", end="")
-        assert "LocalQueue default/team-a onto ClusterQueue cluster-queue (quota cpu=1,memory=2Gi)" in said
+        assert "LocalQueue default/team-a onto ClusterQueue cluster-queue (quota cpu=1,memory=2Gi); " \
+            "waitForPodsReady timeout 30s" in said
+        config = yaml.safe_load((workdir / "kueue" / "kueue-config.yaml").read_text())
+        assert config["waitForPodsReady"]["timeout"] == "30s"
 
         def get(*what: str) -> str:
             result = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", *what, "-o",

@@ -1,6 +1,7 @@
 """The group taken away and given back: spec.suspend, resume, requeue after a preemption (pure).
 
-Requeue: someone else deleted a pod of the group before it finished (Kueue's preemption, an eviction)."""
+Requeue: someone else deleted a pod of the group before it finished (Kueue's preemption, Kueue's eviction of a
+group whose pods were not all ready within waitForPodsReady's timeout, an eviction)."""
 from __future__ import annotations
 
 from ..status import PENDING, RUNNING, SUSPENDED, PodView, parse_timestamp, workers
@@ -42,20 +43,36 @@ def resume(step: Step) -> None:
     step.status.update(phase=PENDING, message=message)
 
 
+# Kueue's waitForPodsReady: the Workload's eviction reason, which Kueue v0.17 passes to the pods it stops as
+# their TerminationTarget reason "WorkloadEvictedDueTo" + the eviction's reason.
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+
+
+def requeue_reason(disruption: str | None) -> tuple[str, str]:
+    """(the Requeued condition's reason, what the message leads with) for a pod's disruption text."""
+    if disruption is not None and PODS_READY_TIMEOUT in disruption:
+        return PODS_READY_TIMEOUT, ("Kueue evicted the group for not starting all its pods in time "
+                                    "(waitForPodsReady's timeout): ")
+    if disruption is not None and "preempt" in disruption.lower():
+        return "Preempted", ""
+    return "PodsDeleted", ""
+
+
 def requeue(step: Step, taken: list[PodView]) -> Plan:
-    """Pods of the group were deleted before they finished, by someone else (Kueue preempting the workload,
-    an eviction, a person): the whole group goes and is created again as the next attempt, not counted
-    against backoffLimit (Kueue recreates no pods: their owner does)."""
+    """Pods of the group were deleted before they finished, by someone else (Kueue preempting the workload or
+    evicting it after waitForPodsReady's timeout, an eviction, a person): the whole group goes and is created
+    again as the next attempt, not counted against backoffLimit (Kueue recreates no pods: their owner does)."""
     attempt = step.attempt
-    first = taken[0]
-    preempted = first.disruption is not None and "preempt" in first.disruption.lower()
+    first = next((p for p in taken if p.disruption), taken[0])
+    reason, lead = requeue_reason(first.disruption)
     why = f" ({first.disruption})" if first.disruption else ""
-    message = (f"{len(taken)} pod(s) of attempt {attempt} deleted before they finished, {first.name} first{why}: "
+    message = (f"{lead}{len(taken)} pod(s) of attempt {attempt} deleted before they finished, {first.name} first{why}: "
                f"the group is recreated as attempt {attempt + 1} (not counted against backoffLimit, {step.resumes()})")
     step.status.update(attempt=attempt + 1, phase=PENDING, message=message)
-    step.condition("Requeued", True, "Preempted" if preempted else "PodsDeleted", message)
+    step.condition("Requeued", True, reason, message)
     step.clear(RUNNING, "Requeued", message)
     step.clear("Created", "Requeued", message)
+    kind = "Warning" if reason == PODS_READY_TIMEOUT else "Normal"
     return Plan(step.status, delete_pods=not_deleting(step.pods),
-                events=[Event("Normal", "Requeued", message)], wake_at=step.wake_at,
+                events=[Event(kind, "Requeued", message)], wake_at=step.wake_at,
                 new_attempt=attempt + 1, clear_epochs=step.spec.get("checkpoint") is None)
