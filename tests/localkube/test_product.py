@@ -58,7 +58,7 @@ def test_a_trainer_pods_epochs_default_to_its_epochs_variable():
 
 
 async def test_the_trainer_image_without_a_command_runs_pets_train(tmp_path):
-    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints=product.ENTRYPOINTS)
+    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints=product.ENTRYPOINTS, api_server=None)
     container = {"name": "trainer", "image": "registry:5000/team/pets-trainer:0.1.0", "args": ["--help"]}
     pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}, "spec": {"containers": [container]}}
     argv, _, _, _ = await PodWorker(kubelet, pod).process_spec(container)
