@@ -63,8 +63,8 @@ def restricted_namespace(core, name: str) -> None:
     core.create_namespace({"metadata": {"name": name, "labels": {POD_SECURITY_ENFORCE: "restricted"}}})
 
 
-def helm(helm_binary: str, kubeconfig: Path, verb: str, *sets: str) -> None:
-    args = [arg for item in sets for arg in ("--set", item)]
+def helm(helm_binary: str, kubeconfig: Path, verb: str, *sets: str, flags: tuple[str, ...] = ()) -> None:
+    args = [*flags, *(arg for item in sets for arg in ("--set", item))]
     done = subprocess.run([helm_binary, verb, RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, *args,
                            "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -127,7 +127,7 @@ def test_helm_upgrade_mid_run_rolls_the_operator_pods_and_no_epoch_is_lost_or_do
         wait_for(lambda: all(len(epochs_of(objects, n)) >= 2 for n in JOBS), 120,
                  "two epochs of each job in its status, from the first operator", describe)
 
-        helm(helm_binary, cluster.kubeconfig, "upgrade", "--reuse-values", f"image.tag={NEW_TAG}")
+        helm(helm_binary, cluster.kubeconfig, "upgrade", f"image.tag={NEW_TAG}", flags=("--reuse-values",))
         new = wait_for(lambda: len(running_tagged(core, NEW_TAG)) == 2
                        and not any(p.metadata.name in old for p in operator_pods(core))
                        and running_tagged(core, NEW_TAG), 180, "the rollout: two new pods, the old ones gone",
@@ -150,7 +150,8 @@ def test_helm_upgrade_mid_run_rolls_the_operator_pods_and_no_epoch_is_lost_or_do
     with pytest.raises(client.ApiException) as refused:
         core.create_namespaced_pod(RELEASE_NAMESPACE, {"metadata": {"name": "bare"}, "spec": {
             "containers": [{"name": "c", "image": f"pets-operator:{NEW_TAG}"}]}}, dry_run="All")
-    assert refused.value.status == 403 and "violates PodSecurity \"restricted:latest\"" in refused.value.body
+    message = json.loads(refused.value.body)["message"]
+    assert refused.value.status == 403 and 'violates PodSecurity "restricted:latest"' in message, message
     created = [e for e in core.list_namespaced_event(RELEASE_NAMESPACE).items if e.reason == "SuccessfulCreate"]
     assert len({e.message for e in created}) >= 4, [e.message for e in created]
     assert not [e for e in core.list_namespaced_event(RELEASE_NAMESPACE).items if e.reason == "FailedCreate"]
