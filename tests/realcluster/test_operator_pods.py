@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -87,6 +88,25 @@ def lease_holder(cluster, kubectl: str) -> str | None:
     return json.loads(done.stdout)["spec"].get("holderIdentity") if done.returncode == 0 else None
 
 
+def process_environ(pod: client.V1Pod) -> dict[str, str]:
+    """The environment of the pod's main process (the local kubelet reports it as `local://<pid>`)."""
+    pid = pod.status.container_statuses[0].container_id.removeprefix("local://")
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(entry.split("=", 1) for entry in raw.decode().split("\0") if "=" in entry)
+
+
+def assert_in_cluster(pod: client.V1Pod, api_port: int) -> None:
+    """The operator process connects as a pod does: the `kubernetes` Service's variables name the API server, the
+    ServiceAccount token the kubelet projected is there, and there is no kubeconfig to use instead."""
+    env = process_environ(pod)
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", str(api_port))
+    account = Path(env["PETS_LOCALKUBE_SERVICE_ACCOUNT_DIR"])
+    assert {f.name for f in account.iterdir()} >= {"token", "ca.crt", "namespace"}
+    assert (account / "namespace").read_text() == RELEASE_NAMESPACE
+    assert "KUBECONFIG" not in env
+    assert env["PETS_OPERATOR_LIVENESS_PORT"] != "8080" and env["POD_ID"] == pod.metadata.name
+
+
 def epochs_of(objects, name: str) -> list[int]:
     return [e["epoch"] for e in (get_job(objects, name, JOBS_NAMESPACE).get("status") or {}).get("epochs") or []]
 
@@ -133,6 +153,9 @@ def test_helm_upgrade_mid_run_rolls_the_operator_pods_and_no_epoch_is_lost_or_do
                        and running_tagged(core, NEW_TAG), 180, "the rollout: two new pods, the old ones gone",
                        describe)
         wait_for(lambda: lease_holder(cluster, kubectl) in new, 60, "a new pod to hold the lease", describe)
+        api_port = urlsplit(cluster.url).port
+        for pod in operator_pods(core):
+            assert_in_cluster(pod, api_port)
         at_handover = {n: (phase_of(objects, n), len(epochs_of(objects, n))) for n in JOBS}
         assert all(phase == "Running" and count < EPOCHS for phase, count in at_handover.values()), \
             f"the jobs must still train when the new operator leads: {at_handover}"
