@@ -12,8 +12,9 @@ Local processes share the node's network and file system, which a container does
 - the API server is reached at its own address: `api_server_env` gives the variables a kubelet sets
   for the `kubernetes` Service (`KUBERNETES_SERVICE_HOST`, ...), with the address the node itself
   uses instead of the Service's cluster IP (no kube-proxy here);
-- the ServiceAccount volume cannot be mounted at its fixed path: `SERVICE_ACCOUNT_DIR_ENV` names
-  the local directory that holds the token, `ca.crt` and `namespace`.
+- the ServiceAccount volume cannot be mounted at its fixed path (`SERVICE_ACCOUNT_MOUNT`): the process
+  runtime names its local directory in `SERVICE_ACCOUNT_DIR_ENV`, where a client may look for the token
+  and `ca.crt` (the operator's loader does: `pets_api.connection`).
 """
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 It is an API client: it registers its Node and its Lease (and keeps both fresh, `heartbeat`; `node.py`),
 watches pods with `spec.nodeName=<node>` (keeping the latest of each, `pod()`), hands each new
 pod to a worker of its runtime (`runtimes/`), and finishes graceful deletions with
-`gracePeriodSeconds=0`, then removes the pod's directory (and its logs, unless `keep_logs`). The
+`gracePeriodSeconds=0`, then removes the pod's directory (and its logs, unless `keep_logs`). Its
+containers are told where the API server is (`api_server`: the address the kubelet itself uses, when
+it speaks https; `environment.api_server_env`). The
 workers report the pods' status through `/status` and post their Events (Created, Started, Killing,
 BackOff, Failed, FailedMount).
 

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.realcluster
 
 JOBS_NAMESPACE = "training"
 JOBS = ("upgrade-a", "upgrade-b")
-EPOCHS, EPOCH_SECONDS = 30, 2.0  # ~60 s of training: the rollout and the handover happen well inside it
+EPOCHS, EPOCH_SECONDS = 40, 2.0  # ~80 s of training: the rollout and the handover happen well inside it
 OLD_TAG, NEW_TAG = "0.1.0", "0.2.0"
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
