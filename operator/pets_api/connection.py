@@ -6,27 +6,46 @@ trainer image ships `pets_api` without the client, and never connects.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 CONNECTION_POOL_SIZE = 128  # one streaming log connection per followed job, plus the calls
 
 
-def load_api_client() -> Any:
-    """An API client for the cluster: the pod's service account, else KUBECONFIG / ~/.kube/config.
+SERVICE_ACCOUNT_DIR_ENV = "PETS_LOCALKUBE_SERVICE_ACCOUNT_DIR"
 
-    The one way both the operator and the notebook client connect, in the order kopf logs in
-    (`kopf`'s `login_via_client`: in-cluster first, then the kubeconfig), so the operator's own
-    calls always reach the cluster kopf watches, even in a pod that also has a kubeconfig. Outside
-    a pod there is no service account and the kubeconfig is what kubectl would use: every file in
-    KUBECONFIG (read now: the kubernetes package freezes it at import), else ~/.kube/config.
-    Raises `kubernetes.config.ConfigException` when neither is there.
+
+def service_account_files(environ: Mapping[str, str], token: str, ca: str) -> tuple[str, str]:
+    """The pod's service account token and CA files: `token` and `ca` (the fixed paths every kubelet mounts
+    them at), unless PETS_LOCALKUBE_SERVICE_ACCOUNT_DIR names the directory that holds them instead: the
+    local kubelet's process runtime (`pets_localkube`), whose pods are local processes that cannot see a
+    volume at its mountPath, sets it to the volume's local directory."""
+    directory = environ.get(SERVICE_ACCOUNT_DIR_ENV, "")
+    if not directory:
+        return token, ca
+    return str(Path(directory) / Path(token).name), str(Path(directory) / Path(ca).name)
+
+
+def load_configuration() -> Any:
+    """A client Configuration for the cluster: the pod's service account, else KUBECONFIG / ~/.kube/config.
+
+    The one way the operator (its own calls and kopf's, `pets_operator.kopf_api`) and the notebook client
+    connect, in the order kopf's `login_via_client` tries: in-cluster first, then the kubeconfig, so the
+    operator's own calls always reach the cluster kopf watches, even in a pod that also has a kubeconfig.
+    In a pod: `KUBERNETES_SERVICE_HOST`/`_PORT` and the service account's files (`service_account_files`),
+    the token re-read as it is refreshed. Outside a pod there is no service account and the kubeconfig is
+    what kubectl would use: every file in KUBECONFIG (read now: the kubernetes package freezes it at
+    import), else ~/.kube/config. Raises `kubernetes.config.ConfigException` when neither is there.
     """
     import kubernetes
+    from kubernetes.config import incluster_config
 
     configuration = kubernetes.client.Configuration()
+    token, ca = service_account_files(os.environ, incluster_config.SERVICE_TOKEN_FILENAME,
+                                      incluster_config.SERVICE_CERT_FILENAME)
     try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        incluster_config.InClusterConfigLoader(token_filename=token, cert_filename=ca).load_and_set(configuration)
     except kubernetes.config.ConfigException as not_in_cluster:
         try:
             kubernetes.config.load_kube_config(config_file=kubeconfig_path(), client_configuration=configuration)
@@ -35,7 +54,14 @@ def load_api_client() -> Any:
                 f"not in a pod with a service account ({not_in_cluster}), and no usable kubeconfig "
                 f"({no_kubeconfig})") from None
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return kubernetes.client.ApiClient(configuration)
+    return configuration
+
+
+def load_api_client() -> Any:
+    """An API client with `load_configuration()`'s configuration."""
+    import kubernetes
+
+    return kubernetes.client.ApiClient(load_configuration())
 
 
 def kubeconfig_path() -> str:

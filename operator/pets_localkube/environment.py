@@ -3,11 +3,24 @@
 Cluster DNS names (`<pod>.<svc>.<ns>.svc[.cluster.local]`) become 127.0.0.1, `MASTER_PORT`
 next to such a `MASTER_ADDR` becomes a free local port shared by all pods of that rendezvous,
 and paths under a volumeMount's `mountPath` become the local directory backing that volume.
+
+Local processes share the node's network and file system, which a container does not:
+- a pod's declared `containerPort`s become free local ports of its own (two replicas of one
+  Deployment would otherwise both bind the same port), and an env value that is exactly such a port
+  number (how a container is told the port it serves, e.g. the chart's
+  `PETS_OPERATOR_LIVENESS_PORT`) becomes that local port;
+- the API server is reached at its own address: `api_server_env` gives the variables a kubelet sets
+  for the `kubernetes` Service (`KUBERNETES_SERVICE_HOST`, ...), with the address the node itself
+  uses instead of the Service's cluster IP (no kube-proxy here);
+- the ServiceAccount volume cannot be mounted at its fixed path (`SERVICE_ACCOUNT_MOUNT`): the process
+  runtime names its local directory in `SERVICE_ACCOUNT_DIR_ENV`, where a client may look for the token
+  and `ca.crt` (the operator's loader does: `pets_api.connection`).
 """
 from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -31,6 +44,27 @@ def expand(value: str, env: dict[str, str]) -> str:
     return _VAR_REF.sub(lambda m: env.get(m.group(1), m.group(0)), value.replace("$$(", "\0(")).replace("\0(", "$(")
 
 
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"  # where every kubelet mounts the token
+SERVICE_ACCOUNT_DIR_ENV = "PETS_LOCALKUBE_SERVICE_ACCOUNT_DIR"  # where it is here, for clients that look for it
+
+
+def api_server_env(host: str, port: int) -> dict[str, str]:
+    """The `kubernetes` Service's variables, as a kubelet sets them in every container (enableServiceLinks
+    or not), pointing at `host:port`: in-cluster clients build `https://$KUBERNETES_SERVICE_HOST:
+    $KUBERNETES_SERVICE_PORT` from them."""
+    url = f"tcp://{host}:{port}"
+    prefix = f"KUBERNETES_PORT_{port}_TCP"
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(port), "KUBERNETES_PORT": url, prefix: url,
+            f"{prefix}_PROTO": "tcp", f"{prefix}_PORT": str(port), f"{prefix}_ADDR": host}
+
+
+def declared_ports(container: dict[str, Any]) -> list[int]:
+    """The container's `ports[].containerPort`s (TCP or not), in order, once each."""
+    ports = [int(p["containerPort"]) for p in container.get("ports") or [] if p.get("containerPort")]
+    return list(dict.fromkeys(ports))
+
+
 class PortMap:
     """One local port per (master DNS name, port), held while any pod of the rendezvous runs."""
 
@@ -44,6 +78,10 @@ class PortMap:
             self._ports[key] = free_port()
         self._users.setdefault(key, set()).add(pod_uid)
         return self._ports[key]
+
+    def pod_port(self, pod_uid: str, port: int) -> int:
+        """The pod's own local port for its declared `port`, held until the pod is released."""
+        return self.acquire(f"pod/{pod_uid}", str(port), pod_uid)
 
     def release(self, pod_uid: str) -> None:
         for key, users in list(self._users.items()):
@@ -70,7 +108,11 @@ class PathMap:
         return value
 
 
-def rewrite_env(env: dict[str, str], paths: PathMap, ports: PortMap, pod_uid: str) -> dict[str, str]:
+def rewrite_env(env: dict[str, str], paths: PathMap, ports: PortMap, pod_uid: str,
+                container_ports: Mapping[int, int] | None = None) -> dict[str, str]:
+    """DNS names, the rendezvous port and mounted paths as above; `container_ports` (declared -> local):
+    a value that is exactly a declared port's number becomes its local port."""
+    container_ports = container_ports or {}
     result = dict(env)
     master = env.get("MASTER_ADDR", "")
     if is_cluster_dns_name(master) and env.get("MASTER_PORT"):
@@ -81,7 +123,11 @@ def rewrite_env(env: dict[str, str], paths: PathMap, ports: PortMap, pod_uid: st
             result[name] = LOOPBACK
         elif sep and port.isdigit() and is_cluster_dns_name(host):
             result[name] = f"{LOOPBACK}:{port}"
-        elif name != "MASTER_PORT":
+        elif name == "MASTER_PORT":
+            continue
+        elif value.isdigit() and int(value) in container_ports:
+            result[name] = str(container_ports[int(value)])
+        else:
             result[name] = paths.local(value)
     return result
 

@@ -3,7 +3,9 @@
 It is an API client: it registers its Node and its Lease (and keeps both fresh, `heartbeat`; `node.py`),
 watches pods with `spec.nodeName=<node>` (keeping the latest of each, `pod()`), hands each new
 pod to a worker of its runtime (`runtimes/`), and finishes graceful deletions with
-`gracePeriodSeconds=0`, then removes the pod's directory (and its logs, unless `keep_logs`). The
+`gracePeriodSeconds=0`, then removes the pod's directory (and its logs, unless `keep_logs`). Its
+containers are told where the API server is (`api_server`: the address the kubelet itself uses, when
+it speaks https; `environment.api_server_env`). The
 workers report the pods' status through `/status` and post their Events (Created, Started, Killing,
 BackOff, Failed, FailedMount).
 
@@ -21,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import logs
 from .client import ApiStatusError, Client
@@ -48,6 +51,15 @@ RUNTIMES = {
 }
 
 
+def api_server_address(base_url: str) -> tuple[str, int] | None:
+    """(host, port) of an https API server, which containers are told to reach (the `kubernetes` Service's
+    variables, `environment.api_server_env`); None for a plain-http one, which no in-cluster client speaks."""
+    url = urlsplit(base_url)
+    if url.scheme != "https" or not url.hostname:
+        return None
+    return url.hostname, url.port or 443
+
+
 class Kubelet:
     def __init__(self, client: Client, node_name: str, workdir: Path, capacity: dict[str, str],
                  entrypoints: Mapping[str, Sequence[str]] | None = None, keep_logs: bool = False, simulate: bool = False,
@@ -70,6 +82,7 @@ class Kubelet:
         self.log_root = workdir / "logs"
         self.capacity = capacity
         self.entrypoints = {image: list(command) for image, command in (entrypoints or {}).items()}
+        self.api_server = api_server_address(client.base_url)
         self.keep_logs = keep_logs  # keep a deleted pod's log files (its directory goes either way)
         self.ports = PortMap()
         self.workers: dict[str, PodWorker] = {}

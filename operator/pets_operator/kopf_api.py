@@ -5,8 +5,9 @@ never sooner than a 429's Retry-After. Its default gives up after 9 tries (about
 watch that gives up ends the operator; here the backoffs never end (`refusals.CappedBackoffs`: 1 s
 doubling up to 60 s), so an API outage is waited out, never a crash loop.
 
-The session is the one kopf would make from the same credentials (`kopf.login_via_client`), plus a
-middleware: a write (any method but GET, HEAD, OPTIONS) first asks `before_write` (with leader
+The session is the one kopf would make (`kopf.login_via_client`), from the credentials the operator's own
+calls use (`pets_api.connection.load_configuration`: in-cluster first, then the kubeconfig, as kopf's;
+`connection_info` reads them as kopf does), plus a middleware: a write (any method but GET, HEAD, OPTIONS) first asks `before_write` (with leader
 election: `leadership.guard_write`), so kopf's finalizer patches and Events are fenced like the
 operator's own calls, and every failed answer is reported (`on_error`: the API error metric).
 """
@@ -26,6 +27,7 @@ from .refusals import CappedBackoffs, is_api_error
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 REQUEST_TIMEOUT_SECONDS = 60  # kopf's own calls but watches (kopf's default: 5 minutes)
 CONNECT_TIMEOUT_SECONDS = 10
+PRIORITY_OF_CLIENT = 10  # kopf's for credentials from the kubernetes client (piggybacking.PRIORITY_OF_CLIENT)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,21 @@ def middleware(before_write: Callable[[], None], on_error: Callable[[str, str, i
         return response
 
     return fenced_and_counted
+
+
+def connection_info(configuration: Any, trust_env: bool) -> kopf.ConnectionInfo:
+    """kopf's credentials from a kubernetes client Configuration, read as `kopf.login_via_client` reads the
+    client's default one: the bearer token through the key hook (a refreshed service account token, an
+    auth provider's), the CA and client certificate files, basic auth."""
+    header = (configuration.get_api_key_with_prefix("BearerToken")
+              or configuration.get_api_key_with_prefix("authorization"))
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=configuration.host, ca_path=configuration.ssl_ca_cert, insecure=not configuration.verify_ssl,
+        username=configuration.username or None, password=configuration.password or None, scheme=scheme, token=token,
+        certificate_path=configuration.cert_file, private_key_path=configuration.key_file, trust_env=trust_env,
+        priority=PRIORITY_OF_CLIENT)
 
 
 def session_for(info: kopf.ConnectionInfo, middlewares: tuple, identity: str | None) -> kopf.AiohttpSession:
@@ -71,9 +88,16 @@ def register(before_write: Callable[[], None], on_error: Callable[[str, str, int
     middlewares = (middleware(before_write, on_error),)
 
     @kopf.on.login(registry=registry)
-    async def login(**kwargs: Any) -> kopf.AiohttpSession | None:
-        info = kopf.login_via_client(**kwargs)
-        return session_for(info, middlewares, identity) if info is not None else None
+    async def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.AiohttpSession:
+        from kubernetes.config import ConfigException
+
+        from pets_api.connection import load_configuration
+
+        try:
+            configuration = load_configuration()
+        except ConfigException as error:
+            raise kopf.LoginError(str(error)) from None
+        return session_for(connection_info(configuration, settings.networking.trust_env), middlewares, identity)
 
     @kopf.on.startup(registry=registry)
     async def retry_settings(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -133,7 +133,7 @@ def test_a_container_without_a_command_has_no_entrypoint_unless_the_cluster_is_g
 
 
 async def test_an_images_entrypoint_is_the_command_of_a_container_that_sets_none(tmp_path):
-    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints={"tool": [sys.executable, "-c", "pass"]})
+    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints={"tool": [sys.executable, "-c", "pass"]}, api_server=None)
     container = {"name": "main", "image": "registry:5000/team/tool:1@sha256:ab", "args": ["$(WHO)"],
                  "env": [{"name": "WHO", "value": "me"}]}
     pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}, "spec": {"containers": [container]}}
@@ -265,3 +265,45 @@ def test_init_containers_run_first_and_share_volumes(core):
     assert done.status.phase == "Succeeded", done.status
     assert done.status.init_container_statuses[0].state.terminated.exit_code == 0
     assert core.read_namespaced_pod_log("staged", "default") == "prepared\n"
+
+
+async def test_a_container_is_told_the_api_servers_address_its_own_ports_and_its_service_account_directory(tmp_path):
+    """Local processes share the node's network and files: the `kubernetes` Service's variables name the API
+    server itself, each pod's declared ports are its own local ports (an env value naming one follows), and
+    the token volume's local directory is in PETS_LOCALKUBE_SERVICE_ACCOUNT_DIR."""
+    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints={}, api_server=("127.0.0.1", 6443))
+    container = {"name": "operator", "image": "pets-operator:0.2.0", "command": [sys.executable, "-c", "pass"],
+                 "ports": [{"name": "healthz", "containerPort": 8080}, {"name": "metrics", "containerPort": 8000}],
+                 "env": [{"name": "LIVENESS_PORT", "value": "8080"}, {"name": "METRICS_PORT", "value": "8000"},
+                         {"name": "WORKERS", "value": "80"}, {"name": "KUBERNETES_SERVICE_PORT", "value": "$(WORKERS)"}],
+                 "volumeMounts": [{"name": "kube-api-access-x", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                                   "readOnly": True}]}
+    envs = []
+    for uid in ("u1", "u2"):  # two replicas of one Deployment
+        pod = {"metadata": {"name": f"op-{uid}", "namespace": "pets-system", "uid": uid},
+               "spec": {"containers": [container], "volumes": [{"name": "kube-api-access-x", "projected": {"sources": []}}]}}
+        worker = PodWorker(kubelet, pod)
+        worker.volumes = {"kube-api-access-x": worker.pod_dir / "volumes" / "kube-api-access-x"}
+        _, env, _, _ = await worker.process_spec(container)
+        envs.append(env)
+        assert env["PETS_LOCALKUBE_SERVICE_ACCOUNT_DIR"] == str(worker.pod_dir / "volumes" / "kube-api-access-x")
+        assert env["LIVENESS_PORT"] == str(kubelet.ports.pod_port(uid, 8080)) != "8080"
+        assert env["METRICS_PORT"] == str(kubelet.ports.pod_port(uid, 8000)) != "8000"
+        assert env["WORKERS"] == "80", "a number that is no declared port stays"
+    first, second = envs
+    assert {k: v for k, v in first.items() if k.startswith("KUBERNETES_")} == {
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": "80",  # the container's own env wins
+        "KUBERNETES_SERVICE_PORT_HTTPS": "6443", "KUBERNETES_PORT": "tcp://127.0.0.1:6443",
+        "KUBERNETES_PORT_6443_TCP": "tcp://127.0.0.1:6443", "KUBERNETES_PORT_6443_TCP_PROTO": "tcp",
+        "KUBERNETES_PORT_6443_TCP_PORT": "6443", "KUBERNETES_PORT_6443_TCP_ADDR": "127.0.0.1"}
+    assert {first["LIVENESS_PORT"], first["METRICS_PORT"]}.isdisjoint({second["LIVENESS_PORT"], second["METRICS_PORT"]})
+    kubelet.ports.release("u1")
+    assert kubelet.ports.pod_port("u2", 8080) == int(second["LIVENESS_PORT"]), "held while the pod runs"
+
+
+def test_the_kubelet_tells_containers_only_an_https_api_servers_address():
+    from pets_localkube.kubelet import api_server_address
+
+    assert api_server_address("https://127.0.0.1:34567") == ("127.0.0.1", 34567)
+    assert api_server_address("https://api.example.com") == ("api.example.com", 443)
+    assert api_server_address("http://127.0.0.1:8001") is None

@@ -58,7 +58,7 @@ def test_a_trainer_pods_epochs_default_to_its_epochs_variable():
 
 
 async def test_the_trainer_image_without_a_command_runs_pets_train(tmp_path):
-    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints=product.ENTRYPOINTS)
+    kubelet = SimpleNamespace(workdir=tmp_path, ports=PortMap(), entrypoints=product.ENTRYPOINTS, api_server=None)
     container = {"name": "trainer", "image": "registry:5000/team/pets-trainer:0.1.0", "args": ["--help"]}
     pod = {"metadata": {"name": "p", "namespace": "default", "uid": "u1"}, "spec": {"containers": [container]}}
     argv, _, _, _ = await PodWorker(kubelet, pod).process_spec(container)
@@ -78,3 +78,10 @@ def test_pets_operator_local_up_serves_the_crd_and_simulates_trainer_pods(tmp_pa
         wait_for(lambda: pod_phase(core, "trainer-0") == "Succeeded", what="the simulated trainer pod to succeed")
         events = metric_lines.parse_lines(core.read_namespaced_pod_log("trainer-0", "default"))
         assert [(e["event"], e.get("epoch")) for e in events] == [("epoch", 0), ("epoch", 1), ("done", None)]
+
+
+def test_the_operators_loader_reads_the_service_account_directory_the_process_runtime_names():
+    from pets_api import connection
+    from pets_localkube import environment
+
+    assert connection.SERVICE_ACCOUNT_DIR_ENV == environment.SERVICE_ACCOUNT_DIR_ENV

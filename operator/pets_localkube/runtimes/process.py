@@ -24,7 +24,18 @@ from typing import Any, Protocol
 
 from .. import logs, termination
 from ..client import ApiStatusError, Client
-from ..environment import LOOPBACK, PathMap, PortMap, expand, field_ref, rewrite_env
+from ..environment import (
+    LOOPBACK,
+    SERVICE_ACCOUNT_DIR_ENV,
+    SERVICE_ACCOUNT_MOUNT,
+    PathMap,
+    PortMap,
+    api_server_env,
+    declared_ports,
+    expand,
+    field_ref,
+    rewrite_env,
+)
 from ..events import NORMAL, WARNING, EventRecorder, container_field_path
 from ..projected import config_map_files, projected_files, secret_files, write_files
 from ..status_report import StatusReporter
@@ -53,6 +64,7 @@ class KubeletHandle(Protocol):
     log_root: Path
     ports: PortMap
     entrypoints: Mapping[str, Sequence[str]]  # image repository -> the command of a container that sets none
+    api_server: tuple[str, int] | None  # where containers reach the API server (host, port); None: not told
     shutting_down: bool
 
     async def finish_deletion(self, worker: PodWorker) -> None: ...
@@ -417,10 +429,15 @@ class PodWorker:
         paths = PathMap(mounts)
         spec = self.pod["spec"]
         hostname = spec.get("hostname") or self.pod["metadata"]["name"]
-        pod_env: dict[str, str] = {"HOSTNAME": hostname}
+        # As a kubelet: the `kubernetes` Service's variables first, the container's own env over them.
+        pod_env: dict[str, str] = {"HOSTNAME": hostname,
+                                   **(api_server_env(*self.kubelet.api_server) if self.kubelet.api_server else {})}
         for entry in container.get("env") or []:
             pod_env[entry["name"]] = await self._env_value(entry, pod_env)
-        pod_env = rewrite_env(pod_env, paths, self.kubelet.ports, self.uid)
+        local_ports = {port: self.kubelet.ports.pod_port(self.uid, port) for port in declared_ports(container)}
+        pod_env = rewrite_env(pod_env, paths, self.kubelet.ports, self.uid, local_ports)
+        if paths.local(SERVICE_ACCOUNT_MOUNT) != SERVICE_ACCOUNT_MOUNT:  # the token volume, e.g. kube-api-access-*
+            pod_env[SERVICE_ACCOUNT_DIR_ENV] = paths.local(SERVICE_ACCOUNT_MOUNT)
         # A container's /tmp is its own; here it is the pod directory's, unless the pod sets TMPDIR.
         private_tmp = self.pod_dir / "tmp"
         private_tmp.mkdir(parents=True, exist_ok=True)
