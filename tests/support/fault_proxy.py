@@ -20,8 +20,11 @@ client gets no answer), or a delay before forwarding (`delay=` seconds).
 `requests` logs every request as a `Request`: method, path, the answer's status (or "dropped"),
 query string, User-Agent, and when it arrived and was answered (time.monotonic of this process,
 so a test compares them with its own clock). The proxy knows nothing of the server behind it: a
-kube-apiserver does as well as the local one. The kubelet and scheduler keep talking to the server
-directly, so only the clients pointed at the proxy see faults.
+kube-apiserver does as well as the local one (`upstream_tls=`: the `ssl.SSLContext` the proxy uses
+towards an https server, its CA and the client certificate it presents there, e.g.
+`pets_localkube.client.tls_context(ca, admin_cert, admin_key)`; the clients behind the proxy then
+speak plain HTTP to it and act as that certificate's user). The kubelet and scheduler keep talking
+to the server directly, so only the clients pointed at the proxy see faults.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ import asyncio
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -84,8 +88,9 @@ class Request(NamedTuple):
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, workdir: Path):
+    def __init__(self, upstream: str, workdir: Path, upstream_tls: ssl.SSLContext | None = None):
         self.upstream = upstream.rstrip("/")
+        self.upstream_tls = upstream_tls
         self.workdir = Path(workdir)
         self.kubeconfig = self.workdir / "kubeconfig-via-faults"
         self.url = ""
@@ -172,7 +177,9 @@ class FaultProxy:
         listener.bind(("127.0.0.1", 0))
         await web.SockSite(runner, listener).start()
         self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        connector = aiohttp.TCPConnector(ssl=self.upstream_tls) if self.upstream_tls is not None else None
+        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None),
+                                         connector=connector) as session:
             self._session = session
             self._ready.set()
             await self._stop.wait()
