@@ -391,11 +391,12 @@ def soak(args: argparse.Namespace, workdir: Path) -> dict:
 
 
 def fault_of(printed_at: float, events: list[dict], after: float) -> str:
-    """The fault whose window (start to end + `after` s) holds `printed_at`, or "none"."""
-    for event in events:
-        if event["start"] <= printed_at <= event["end"] + after:
-            return event["kind"].split("-")[0] if event["kind"].startswith("burst") else event["kind"]
-    return "none"
+    """The latest fault whose window (start to end + `after` s) holds `printed_at`, or "none"."""
+    holding = [event for event in events if event["start"] <= printed_at <= event["end"] + after]
+    if not holding:
+        return "none"
+    kind = max(holding, key=lambda event: event["start"])["kind"]
+    return "burst" if kind.startswith("burst") else kind
 
 
 def report(args, epochs, workdir, created, finals, jobs_watch, lease, replicas, proxy, events,
