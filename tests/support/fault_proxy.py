@@ -15,13 +15,19 @@ body, e.g. `'"name": ?"job-1"'` for one pod's creation); a matching fault answer
 server, `times` times (None: any number) and, with `for_seconds`, only within that many seconds of
 `fail` (a window), until `clear`. Answers: a Kubernetes `Status` with the given code (`status=`;
 `retry_after=` adds a Retry-After header, `headers=` any), a dropped connection (`drop=True`: the
-client gets no answer), or a delay before forwarding (`delay=` seconds).
+client gets no answer), or a delay before forwarding (`delay=` seconds). A server that refuses the
+connection (down, restarting) gets the client's connection closed without an answer, as the client
+would see it without the proxy (logged as "unreachable"); one that breaks a response off (a watch, a
+followed log) breaks the client's off too.
 
 `requests` logs every request as a `Request`: method, path, the answer's status (or "dropped"),
 query string, User-Agent, and when it arrived and was answered (time.monotonic of this process,
 so a test compares them with its own clock). The proxy knows nothing of the server behind it: a
-kube-apiserver does as well as the local one. The kubelet and scheduler keep talking to the server
-directly, so only the clients pointed at the proxy see faults.
+kube-apiserver does as well as the local one (`upstream_tls=`: the `ssl.SSLContext` the proxy uses
+towards an https server, its CA and the client certificate it presents there, e.g.
+`pets_localkube.client.tls_context(ca, admin_cert, admin_key)`; the clients behind the proxy then
+speak plain HTTP to it and act as that certificate's user). The kubelet and scheduler keep talking
+to the server directly, so only the clients pointed at the proxy see faults.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import asyncio
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -72,7 +79,7 @@ class Request(NamedTuple):
     """One request through the proxy (the first three fields: what `requests` held before)."""
     method: str
     path: str
-    status: int | str  # the answer's code, or "dropped"
+    status: int | str  # the answer's code, "dropped", or "unreachable" (the server refused the connection)
     query: str = ""
     user_agent: str = ""
     arrived: float = 0.0  # time.monotonic() when it came in
@@ -84,8 +91,9 @@ class Request(NamedTuple):
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, workdir: Path):
+    def __init__(self, upstream: str, workdir: Path, upstream_tls: ssl.SSLContext | None = None):
         self.upstream = upstream.rstrip("/")
+        self.upstream_tls = upstream_tls
         self.workdir = Path(workdir)
         self.kubeconfig = self.workdir / "kubeconfig-via-faults"
         self.url = ""
@@ -172,7 +180,9 @@ class FaultProxy:
         listener.bind(("127.0.0.1", 0))
         await web.SockSite(runner, listener).start()
         self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None)) as session:
+        connector = aiohttp.TCPConnector(ssl=self.upstream_tls) if self.upstream_tls is not None else None
+        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None),
+                                         connector=connector) as session:
             self._session = session
             self._ready.set()
             await self._stop.wait()
@@ -211,6 +221,17 @@ class FaultProxy:
     async def _forward(self, request: web.Request, arrived: float) -> web.StreamResponse:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         body = self.rewrite(request.method, request.path, await request.read())
+        try:
+            return await self._relay(request, arrived, headers, body)
+        except aiohttp.ClientError as error:  # the server is down or went away: the client's connection ends too
+            if isinstance(error, aiohttp.ClientConnectorError):
+                self._log(request, "unreachable", arrived)
+            if request.transport is not None:
+                request.transport.close()
+            raise asyncio.CancelledError() from None
+
+    async def _relay(self, request: web.Request, arrived: float, headers: dict[str, str],
+                     body: bytes) -> web.StreamResponse:
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
                                          data=body if body else None, allow_redirects=False,
                                          # as sent: no Content-Type added to a body without one
