@@ -89,7 +89,7 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 started=$SECONDS
-log "building Toxiproxy $TOXIPROXY_VERSION with Go $go_version into $OUT (once per pin: about a minute)"
+log "building Toxiproxy $TOXIPROXY_VERSION with Go $go_version into $OUT (once per pin: 36 s measured with empty Go caches on a loaded 2-core machine)"
 
 step() { CURRENT_STEP="$1"; log "step: $1"; }
 on_error() {

@@ -1,13 +1,16 @@
-"""Fixtures every test folder can use: a running local cluster and a real kubectl."""
+"""Fixtures every test folder can use: a running local cluster, a real kubectl, Toxiproxy's server."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CRD = REPO_ROOT / "manifests" / "crd.yaml"
+TOXIPROXY_SCRIPT = REPO_ROOT / "hack" / "toxiproxy.sh"
 
 
 @pytest.fixture
@@ -30,6 +33,30 @@ def kubectl() -> str:
         return str(k8s_tools.ensure_tools().kubectl)
     except Exception as error:  # no PATH binary and no way to fetch one
         pytest.skip(f"no kubectl on PATH and none could be fetched: {error}")
+
+
+@pytest.fixture(scope="session")
+def toxiproxy_binary(pytestconfig) -> Path:
+    """hack/toxiproxy.sh's toxiproxy-server: built here if Go is there (well under a minute cold), else a skip."""
+    check = subprocess.run(["bash", str(TOXIPROXY_SCRIPT), "--check"], capture_output=True, text=True)
+    if check.returncode == 0:
+        return Path(check.stdout.strip().splitlines()[-1]) / "toxiproxy-server"
+    go = os.environ.get("GO", "go")
+    if not shutil.which(go):
+        from pets_localkube.control_plane import pinned_versions
+
+        pytest.skip(f"Toxiproxy is not built and there is no Go toolchain ('{go}' not on PATH) to build it: install "
+                    f"Go >= {pinned_versions(TOXIPROXY_SCRIPT).get('go', '?')} and run hack/toxiproxy.sh")
+    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+    capture.suspend_global_capture(in_=False)
+    try:
+        print(f"\nbuilding Toxiproxy with {TOXIPROXY_SCRIPT} (once per pin)", flush=True)
+        build = subprocess.run(["bash", str(TOXIPROXY_SCRIPT)], stdout=subprocess.PIPE, text=True)
+    finally:
+        capture.resume_global_capture()
+    if build.returncode != 0:
+        pytest.fail(f"{TOXIPROXY_SCRIPT} failed with exit code {build.returncode} (its messages are above)")
+    return Path(build.stdout.strip().splitlines()[-1]) / "toxiproxy-server"
 
 
 def real_server_outcomes(stats: dict[str, list]) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Connection faults between the operator and kube-apiserver (Toxiproxy), while a 2-node job trains.
 
 The operator's kubeconfig points at a Toxiproxy proxy (tests/support/toxiproxy.py, the server that
-hack/toxiproxy.sh builds) in front of kube-apiserver: a TCP proxy, so TLS passes through untouched
+hack/toxiproxy.sh builds; tests/conftest.py's `toxiproxy_binary` builds it when
+Go is there and skips the test when neither the build nor Go is) in front of kube-apiserver: a TCP proxy, so TLS passes through untouched
 and the operator checks the API server's own certificate (it names 127.0.0.1, whatever the port).
 Every call of the operator goes through it: kopf's watches, patches and Events, its own status
 patches and creations, pod 0's followed log, the lease. The kubelet, the scheduler and the test's
@@ -28,50 +29,21 @@ tests/support/fault_proxy.py's, in tests/e2e/test_api_retries.py.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
-from pets_localkube.control_plane import pinned_versions
 from tests.e2e.test_api_retries import BURST_PROOF_LEASE, api_errors, assert_never_crashed, free_port
 from tests.support.toxiproxy import ToxiproxyServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realcluster,
               pytest.mark.parametrize("cluster", ["kubernetes"], indirect=True)]
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "hack" / "toxiproxy.sh"
 JOB = "faulted"
 EPOCHS, EPOCH_SECONDS = 60, 1.0
 PHASE_SECONDS = 5  # how long reset_peer and timeout stay on
-
-
-@pytest.fixture(scope="session")
-def toxiproxy_binary(pytestconfig) -> Path:
-    """hack/toxiproxy.sh's toxiproxy-server: built here if Go is there (well under a minute cold), else a skip."""
-    check = subprocess.run(["bash", str(SCRIPT), "--check"], capture_output=True, text=True)
-    if check.returncode == 0:
-        return Path(check.stdout.strip().splitlines()[-1]) / "toxiproxy-server"
-    go = os.environ.get("GO", "go")
-    if not shutil.which(go):
-        pytest.skip(f"Toxiproxy is not built and there is no Go toolchain ('{go}' not on PATH) to build it: install "
-                    f"Go >= {pinned_versions(SCRIPT).get('go', '?')} and run hack/toxiproxy.sh")
-    capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-    capture.suspend_global_capture(in_=False)
-    try:
-        print(f"\nbuilding Toxiproxy with {SCRIPT} (once per pin)", flush=True)
-        build = subprocess.run(["bash", str(SCRIPT)], stdout=subprocess.PIPE, text=True)
-    finally:
-        capture.resume_global_capture()
-    if build.returncode != 0:
-        pytest.fail(f"{SCRIPT} failed with exit code {build.returncode} (its messages are above)")
-    return Path(build.stdout.strip().splitlines()[-1]) / "toxiproxy-server"
 
 
 @pytest.fixture
