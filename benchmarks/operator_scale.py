@@ -245,7 +245,7 @@ class Sampler(threading.Thread):
             usage = process_usage(self.operator)
             connections = established_connections(self.operator)
             rss = {name: process_usage(pid)["rss"] for name, pid in self.components.items()}
-        except OSError:
+        except (OSError, KeyError):  # a process gone (a zombie has no VmRSS)
             return
         for key, value in (("rss", usage["rss"]), ("threads", usage["threads"]), ("connections", connections)):
             self.peak[key] = max(self.peak[key], value)
@@ -478,7 +478,10 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
                                               sum(p == "Succeeded" for p in watcher.phases.values()) >= jobs):
             time.sleep(0.5)
         end = time.time()
-        busy = process_usage(operator.pid)
+        exited = operator.poll()
+        if exited is not None:
+            print(f"the operator exited during the round, with {exited}; see {operator_log}", file=sys.stderr)
+        busy = process_usage(operator.pid) if exited is None else {"cpu": math.nan}
         sampler.stopped.set()
         sampler.sample()
         components_after = {}
@@ -509,6 +512,7 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
             "pods": summary(to_pods), "epoch": summary(to_status),
             "epochs_seen": len(watcher.epoch_seen), "epochs_expected": jobs * epochs,
             "succeeded": sum(p == "Succeeded" for p in watcher.phases.values()),
+            "operator_exit": exited,
             "operator": {"rss_idle": idle["rss"], "rss_peak": sampler.peak["rss"], "cpu_seconds": cpu,
                          "cpu_ms_per_job": 1000 * cpu / jobs, "threads_idle": idle["threads"],
                          "threads_peak": sampler.peak["threads"], "connections_peak": sampler.peak["connections"],
