@@ -281,19 +281,20 @@ class Api:
         finally:
             connection.close()
 
-    def watch(self, path: str):
+    def watch(self, path: str, stop: threading.Event):
         """(type, object) of a watch from now on, for ever: a refused or ended watch is asked again from the
         last resourceVersion seen (a custom resource's path can answer 404 for a moment after its CRD is
         Established, a watch can end), so no event is missed."""
         version = ""
-        while True:
+        while not stop.is_set():
             connection = self._connection(timeout=None)
             try:
                 query = f"watch=true&timeoutSeconds=3600{f'&resourceVersion={version}' if version else ''}"
                 connection.request("GET", f"{path}?{query}", headers={"User-Agent": USER_AGENT})
                 response = connection.getresponse()
                 if response.status != 200:
-                    print(f"watch {path}: {response.status} {response.read()[:200]!r}; again", file=sys.stderr)
+                    if not stop.is_set():
+                        print(f"watch {path}: {response.status} {response.read()[:200]!r}; again", file=sys.stderr)
                     time.sleep(0.2)
                     continue
                 for line in response:
@@ -307,7 +308,8 @@ class Api:
                     version = event["object"].get("metadata", {}).get("resourceVersion", version)
                     yield event["type"], event["object"]
             except (OSError, http.client.HTTPException, ValueError) as error:
-                print(f"watch {path}: {error!r}; again", file=sys.stderr)
+                if not stop.is_set():
+                    print(f"watch {path}: {error!r}; again", file=sys.stderr)
                 time.sleep(0.2)
             finally:
                 connection.close()
@@ -351,17 +353,18 @@ class Watcher:
         self.pod_seen: dict[str, float] = {}
         self.epoch_seen: dict[tuple[str, int], float] = {}
         self.phases: dict[str, str] = {}
+        self.stopped = threading.Event()  # set at the round's end: the watches are not asked again
 
     def start(self) -> None:
         threading.Thread(target=self._pods, daemon=True).start()
         threading.Thread(target=self._jobs, daemon=True).start()
 
     def _pods(self) -> None:
-        for _, pod in self.api.watch(f"/api/v1/namespaces/{NAMESPACE}/pods"):
+        for _, pod in self.api.watch(f"/api/v1/namespaces/{NAMESPACE}/pods", self.stopped):
             self.pod_seen.setdefault(pod["metadata"]["name"], time.time())
 
     def _jobs(self) -> None:
-        for _, job in self.api.watch(f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}"):
+        for _, job in self.api.watch(f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}", self.stopped):
             now = time.time()
             name, status = job["metadata"]["name"], job.get("status") or {}
             self.phases[name] = status.get("phase", "")
@@ -448,9 +451,9 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
     with operator_log.open("wb") as log:
         operator = subprocess.Popen([sys.executable, "-m", "pets_operator", "run"], env=env, stdout=log,
                                     stderr=subprocess.STDOUT)
+    api = cluster.api
+    watcher = Watcher(api)
     try:
-        api = cluster.api
-        watcher = Watcher(api)
         watcher.start()
         time.sleep(4)  # the operator started and idle
         idle = process_usage(operator.pid)
@@ -529,6 +532,7 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
                                "rss_peak": sampler.component_rss[name]} for name in components},
         }
     finally:
+        watcher.stopped.set()
         operator.terminate()
         try:
             operator.wait(60)
