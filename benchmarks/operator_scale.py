@@ -500,8 +500,7 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
         printed = printed_times(workdir / "cluster")
         to_status = [seen - printed[key] for key, seen in watcher.epoch_seen.items() if key in printed]
         everyone = difference(all_after, all_before)
-        everyone.pop(("", "", ""), None)
-        # the benchmark's own requests (its creates, watches and /metrics) are not the cluster's work
+        everyone.pop(("", "", ""), None)  # /metrics and discovery: the benchmark's own scrapes among them
         ops = difference(operator_after, operator_before)
         ops_calls = {}
         for (_client, *call), count in ops.items():
