@@ -40,6 +40,8 @@ def parse_args(argv: list[str], prog: str = "local", crds_help: str = "none") ->
     up.add_argument("--cpu", type=float, default=float(os.cpu_count() or 2), help="CPU capacity of the local node (default: %(default)g)")
     up.add_argument("--memory", default="8Gi", help="memory capacity of the local node (default: %(default)s)")
     up.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu capacity of the local node (default: 0)")
+    up.add_argument("--pods", type=int, default=110,
+                    help="pods capacity (and allocatable) of the local node (default: %(default)s, a kubelet's maxPods)")
     up.add_argument("--crd", type=Path, action="append", default=None,
                     help=f"CRD manifest to apply at start; repeatable (default: {crds_help})")
     up.add_argument("--kubeconfig-out", type=Path, help="also write the kubeconfig to this path")
@@ -58,6 +60,9 @@ def parse_args(argv: list[str], prog: str = "local", crds_help: str = "none") ->
     up.add_argument("--bin-dir", type=Path,
                     help="with --control-plane kubernetes: the directory of the binaries (default: what "
                          "hack/control_plane.sh built)")
+    up.add_argument("--control-plane-arg", action="append", default=[], metavar="COMPONENT=FLAG",
+                    help="with --control-plane kubernetes: one more flag for one component, e.g. "
+                         "kube-scheduler=--kube-api-qps=200 (repeatable)")
     kueue = up.add_argument_group("Kueue (with --control-plane kubernetes)")
     kueue.add_argument("--with-kueue", action="store_true",
                        help="also install and run Kueue (built once by hack/kueue.sh), with a ResourceFlavor, a "
@@ -157,15 +162,23 @@ def main(argv: list[str] | None = None, *, prog: str = "local", default_crds: Se
         signal.signal(signum, lambda *_: stop.set())
     settings = dict(workdir=workdir, cpu=args.cpu, memory=args.memory, gpus=args.gpus, crds=crds, port=args.port,
                     keep_logs=args.keep_logs, simulate=args.simulate, runtime=args.runtime, entrypoints=entrypoints,
-                    workload=workload)
+                    workload=workload, pods=args.pods)
+    extra_args: dict[str, list[str]] = {}
+    for item in args.control_plane_arg:
+        component, _, flag = item.partition("=")
+        if not flag or args.control_plane != "kubernetes":
+            print(f"error: --control-plane-arg {item!r}: COMPONENT=FLAG, with --control-plane kubernetes",
+                  file=sys.stderr)
+            return 2
+        extra_args.setdefault(component, []).append(flag)
     try:
         if args.control_plane == "kubernetes":
             from .kubernetes_cluster import KubernetesCluster
-            cluster: Any = KubernetesCluster(**settings, bin_dir=args.bin_dir)
+            cluster: Any = KubernetesCluster(**settings, bin_dir=args.bin_dir, extra_args=extra_args)
         else:
             cluster = LocalCluster(**settings)
         cluster.start()
-    except (OSError, ControlPlaneError) as error:
+    except (OSError, ValueError, ControlPlaneError) as error:
         print(f"error: cannot start the local cluster: {error}", file=sys.stderr)
         return 2
     kueue = None

@@ -63,7 +63,7 @@ class LocalCluster:
                  crds: Iterable[Path | dict[str, Any]] = (), host: str = "127.0.0.1", port: int = 0,
                  entrypoints: Mapping[str, Sequence[str]] | None = None, node_name: str = NODE_NAME, keep_logs: bool = False,
                  gang_scheduler: str | None = None, simulate: bool = False, runtime: str = "process",
-                 workload: Workload = PLAIN):
+                 workload: Workload = PLAIN, pods: int = 110):
         self.workdir = Path(workdir).resolve()
         self.simulate = simulate
         self.runtime = runtime
@@ -72,7 +72,7 @@ class LocalCluster:
         if gang_scheduler:
             self.crds.append(gang.POD_GROUP_CRD)
         self.host, self.port = host, port
-        self.capacity = {"cpu": f"{cpu:g}", "memory": memory, "pods": "110"}
+        self.capacity = {"cpu": f"{cpu:g}", "memory": memory, "pods": str(pods)}
         if gpus:
             self.capacity["nvidia.com/gpu"] = str(gpus)
         self.entrypoints = entrypoints

@@ -74,8 +74,9 @@ class KubernetesCluster:
     """Kubernetes' control plane on 127.0.0.1 and the local kubelet as its one Node.
 
     Takes what `LocalCluster` takes (capacity, CRDs, entrypoints, workload, runtime, simulate,
-    keep_logs), plus `bin_dir` (the binaries; default: what `hack/control_plane.sh` built) and
-    `kubeconfig_out` (also write the admin kubeconfig there). Stopping ends the pods' processes,
+    keep_logs, pods), plus `bin_dir` (the binaries; default: what `hack/control_plane.sh` built),
+    `kubeconfig_out` (also write the admin kubeconfig there) and `extra_args` (more flags per
+    component name, e.g. {"kube-scheduler": ["--kube-api-qps=200"]}). Stopping ends the pods' processes,
     the kubelet and every control-plane process; the files stay.
     """
 
@@ -83,10 +84,11 @@ class KubernetesCluster:
                  crds: Iterable[Path | dict[str, Any]] = (), port: int = 0, bin_dir: Path | str | None = None,
                  kubeconfig_out: Path | None = None, entrypoints: Mapping[str, Sequence[str]] | None = None,
                  node_name: str = NODE_NAME, keep_logs: bool = False, simulate: bool = False, runtime: str = "process",
-                 workload: Workload = PLAIN, startup_timeout: float = 180):
+                 workload: Workload = PLAIN, startup_timeout: float = 180, pods: int = 110,
+                 extra_args: Mapping[str, Iterable[str]] | None = None):
         self.workdir = Path(workdir).resolve()
         self.crds = [crd if isinstance(crd, dict) else Path(crd) for crd in crds]
-        self.capacity = {"cpu": f"{cpu:g}", "memory": memory, "pods": "110"}
+        self.capacity = {"cpu": f"{cpu:g}", "memory": memory, "pods": str(pods)}
         if gpus:
             self.capacity["nvidia.com/gpu"] = str(gpus)
         self.entrypoints = entrypoints
@@ -95,9 +97,11 @@ class KubernetesCluster:
         self.simulate = simulate
         self.runtime = runtime
         self.workload = workload
+        flags = {name: list(args) for name, args in (extra_args or {}).items()}
+        flags[APISERVER] = [*APISERVER_FLAGS, *flags.get(APISERVER, [])]
         self.plane = KubernetesControlPlane(self.workdir / "control-plane", port=port, bin_dir=bin_dir,
                                             kubeconfig_out=kubeconfig_out, startup_timeout=startup_timeout,
-                                            extra_args={APISERVER: list(APISERVER_FLAGS)})
+                                            extra_args=flags)
         self.certificates: NodeCertificates | None = None
         self.kubeconfig = self.workdir / "kubeconfig"  # the admin's (system:masters), as LocalCluster's is there
         self.node_kubeconfig = self.workdir / "node" / "kubelet.kubeconfig"

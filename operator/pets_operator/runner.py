@@ -47,8 +47,19 @@ IDLE_RECHECK_SECONDS = 1.0  # reconcile at least this often even without pod eve
 MOUNT_CHECK_SECONDS = 5.0  # while a pod waits in ContainerCreating: how often its FailedMount Events are read
 CONTAINER_CREATING = "ContainerCreating"
 SETTLE_SECONDS = 0.02  # let the other pods' events of the same moment in before the next step
+# A status change that is only news of the worker counts or the message, in the same phase (pod 0 done
+# before pod 1, a pod ready before the other), waits this long for the next change, so that the group's
+# pods ending or starting together cost one status patch instead of one per pod.
+MINOR_SETTLE_SECONDS = 1.0
+MINOR_FIELDS = frozenset({"workers", "message"})
 
 log = logging.getLogger(__name__)
+
+
+def minor_change(patch: Mapping[str, Any], owned: Mapping[str, Any]) -> bool:
+    """Only the worker counts or the message differ, the phase stays and is not a final one (pure)."""
+    changed = {key for key in set(patch) | set(owned) if patch.get(key) != owned.get(key)}
+    return bool(changed) and changed <= MINOR_FIELDS and patch.get("phase") not in FINAL_PHASES
 
 
 class NameTaken(KubeError):
@@ -102,6 +113,7 @@ class JobRunner:
         self._mounts_read_at = float("-inf")
         self._logged_epochs = {int(e["epoch"]): e.get("accuracy") for e in self.book.epochs}  # known or logged
         self._api_failures = 0  # consecutive failed steps (other calls than the creation)
+        self._minor_since: float | None = None  # when a status change that can wait (`minor_change`) was first held
 
     async def call(self, function, *args):
         return await self._loop.run_in_executor(self.executor, function, *args)
@@ -231,11 +243,12 @@ class JobRunner:
             if plan.clear_epochs:
                 self._logged_epochs = {}  # the new attempt's epochs are news
                 patch.update({key: None for key in EPOCH_FIELDS[1:]}, epochs=[])
-        if patch != owned:
+        if patch != owned and not self._hold(plan, patch, owned):
             stored = await self.call(self.kube.patch_job_status, self.namespace, self.name, patch)
             if stored is None:
                 return False
             self.status = dict(stored.get("status") or {})
+            self._minor_since = None
         for event in plan.events:
             self._post_event(event)
         if plan.create_pods:
@@ -251,6 +264,17 @@ class JobRunner:
             await self.call(self.kube.delete_job, self.namespace, self.name)
             return False
         return True
+
+    def _hold(self, plan: Plan, patch: Mapping[str, Any], owned: Mapping[str, Any]) -> bool:
+        """True: leave this status change for a later step (at most MINOR_SETTLE_SECONDS after it was first
+        held), because it is a `minor_change` and the step does nothing else."""
+        if plan.events or plan.create_pods or plan.delete_pods or plan.delete_job or plan.new_attempt is not None \
+                or not minor_change(patch, owned):
+            return False
+        now = time.monotonic()
+        if self._minor_since is None:
+            self._minor_since = now
+        return now - self._minor_since < MINOR_SETTLE_SECONDS
 
     async def _create_group(self, indexes: list[int]) -> None:
         """The Service, the NetworkPolicy (unless turned off) and the gang scheduler's PodGroup (with
@@ -317,6 +341,8 @@ class JobRunner:
             timeout = min(timeout, max(0.0, (plan.wake_at - datetime.now(timezone.utc)).total_seconds()))
         if plan.create_pods or plan.delete_pods:
             timeout = min(timeout, 0.2)  # the index catches up within moments
+        if self._minor_since is not None:  # a held status change goes out by its deadline
+            timeout = min(timeout, max(0.0, self._minor_since + MINOR_SETTLE_SECONDS - time.monotonic()))
         if await self._wait(timeout, stopped):
             await asyncio.sleep(SETTLE_SECONDS)
         self.wakeup.clear()

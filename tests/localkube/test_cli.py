@@ -86,3 +86,23 @@ def test_the_kubernetes_control_plane_without_binaries_is_a_clear_error(tmp_path
     error = capsys.readouterr().err
     assert error.startswith("error: cannot start the local cluster: step 'locate binaries': etcd, kube-apiserver, ")
     assert "hack/control_plane.sh" in error
+
+
+def test_a_control_plane_arg_needs_the_kubernetes_control_plane_and_a_component(tmp_path, capsys):
+    assert cli.main(["up", "--workdir", str(tmp_path), "--control-plane-arg", "kube-scheduler=--v=2"]) == 2
+    assert "--control-plane-arg 'kube-scheduler=--v=2': COMPONENT=FLAG, with --control-plane kubernetes" \
+        in capsys.readouterr().err
+    assert cli.main(["up", "--workdir", str(tmp_path), "--control-plane", "kubernetes",
+                     "--control-plane-arg", "kube-scheduler"]) == 2
+    assert list(tmp_path.iterdir()) == []  # nothing was started
+
+
+def test_the_pods_capacity_and_the_components_flags_reach_the_clusters(tmp_path):
+    from pets_localkube.cluster import LocalCluster
+    from pets_localkube.kubernetes_cluster import APISERVER_FLAGS, KubernetesCluster
+    assert LocalCluster(tmp_path / "a", pods=2020).capacity["pods"] == "2020"
+    cluster = KubernetesCluster(tmp_path / "b", pods=620, extra_args={
+        "kube-apiserver": ["--audit-log-path=x"], "kube-scheduler": ["--kube-api-qps=200"]})
+    assert cluster.capacity["pods"] == "620"
+    assert cluster.plane.extra_args == {"kube-apiserver": [*APISERVER_FLAGS, "--audit-log-path=x"],
+                                        "kube-scheduler": ["--kube-api-qps=200"]}

@@ -13,7 +13,7 @@ from pets_operator import runner as runner_module
 from pets_operator.config import OperatorConfig
 from pets_operator.kube import KubeError
 from pets_operator.refusals import CONFLICT, QUOTA, REFUSED, TRANSIENT, ApiFailure
-from pets_operator.runner import JobRunner
+from pets_operator.runner import MINOR_SETTLE_SECONDS, JobRunner, minor_change
 from pets_operator.status import PodView
 
 
@@ -365,9 +365,41 @@ async def test_pod_0_is_followed_once_it_runs_and_the_job_succeeds_once_its_log_
     assert streams.followed == [("ml", "pets-0", "trainer", "uid-pets-0-0", runner.book, 0)]  # once
     kube.pods["pets-0"] = dataclasses.replace(kube.pods["pets-0"], phase="Succeeded", exit_code=0)
     await one_step(runner)
+    assert kube.status["message"] == "1 of 1 worker(s) running"  # news of the worker counts waits a moment
+    runner._minor_since -= MINOR_SETTLE_SECONDS  # ... and goes out once that passed, the log still not read
+    await one_step(runner)
     assert kube.status["phase"] == "Running" and "reading the last metric lines" in kube.status["message"]
     runner.wakeup.clear()
     streams.followers["uid-pets-0-0"].drain()
     assert runner.wakeup.is_set()  # the step comes at once, not at the idle recheck
     await one_step(runner)
     assert kube.status["phase"] == "Succeeded"
+
+
+async def test_the_group_s_pods_ending_within_a_moment_cost_one_status_patch():
+    kube, streams = FakeKube(), FakeLogStreams()
+    runner, _ = make_runner(kube, log_streams=streams)
+    await one_step(runner)
+    for name in ("pets-0", "pets-1"):
+        kube.pods[name] = dataclasses.replace(kube.pods[name], phase="Running")
+    await one_step(runner)
+    assert kube.status["phase"] == "Running"
+    streams.followers["uid-pets-0-0"].drain()
+    patches = len(kube.patches)
+    kube.pods["pets-0"] = dataclasses.replace(kube.pods["pets-0"], phase="Succeeded", exit_code=0)
+    await one_step(runner)  # pod 0 first: only the worker counts change, held
+    assert len(kube.patches) == patches and runner._minor_since is not None
+    kube.pods["pets-1"] = dataclasses.replace(kube.pods["pets-1"], phase="Succeeded", exit_code=0)
+    await one_step(runner)  # pod 1 a moment later: the phase changes, one patch has it all
+    assert len(kube.patches) == patches + 1 and kube.status["phase"] == "Succeeded"
+    assert kube.status["workers"]["succeeded"] == 2 and runner._minor_since is None
+
+
+def test_a_minor_change_is_only_worker_counts_or_the_message_in_a_phase_that_goes_on():
+    running = {"phase": "Running", "message": "2 of 2 worker(s) running", "workers": {"running": 2}}
+    assert minor_change({**running, "workers": {"running": 1, "succeeded": 1}}, running)
+    assert minor_change({**running, "message": "all workers succeeded; reading the last metric lines"}, running)
+    assert not minor_change(running, running)
+    assert not minor_change({**running, "phase": "Succeeded"}, running)
+    assert not minor_change({**running, "conditions": [{"type": "Running"}]}, running)
+    assert not minor_change({**running, "phase": "Failed", "message": "x"}, {**running, "phase": "Failed"})
