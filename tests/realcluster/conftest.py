@@ -93,3 +93,11 @@ def api_client(control_plane):
     client = config.new_client_from_config(config_file=str(control_plane.kubeconfig))
     yield client
     client.close()
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    """The pinned helm (hack/k8s_tools.py); the test skips when it cannot be fetched."""
+    from tests.realcluster.helm_operator import helm_path  # here, not at the top: tests/e2e loads this file alone
+
+    return helm_path()

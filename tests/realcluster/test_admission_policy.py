@@ -88,15 +88,6 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def helm() -> str:
-    try:
-        from hack import k8s_tools
-        return str(k8s_tools.ensure_tools().helm)
-    except Exception as error:
-        pytest.skip(f"no helm could be fetched: {error}")
-
-
-@pytest.fixture(scope="module")
 def cluster(control_plane_bin, tmp_path_factory, kubectl, helm):
     """A control plane of its own: the policy binds every namespace, which would refuse other modules' jobs."""
     with KubernetesControlPlane(tmp_path_factory.mktemp("policy-plane"), port=0, bin_dir=control_plane_bin) as plane:

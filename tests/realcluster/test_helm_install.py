@@ -21,7 +21,6 @@ from tests.realcluster.helm_operator import (
     custom_objects,
     forbidden_api_errors,
     helm_install,
-    helm_path,
     job_status,
     local_cluster,
     start_operator,
@@ -30,11 +29,6 @@ from tests.realcluster.helm_operator import (
 )
 
 pytestmark = pytest.mark.realcluster
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    return helm_path()
 
 
 @pytest.fixture(scope="module")

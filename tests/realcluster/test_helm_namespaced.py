@@ -20,7 +20,6 @@ from tests.realcluster.helm_operator import (
     custom_objects,
     get_job,
     helm_install,
-    helm_path,
     kubectl_json,
     local_cluster,
     service_account_name,
@@ -29,11 +28,6 @@ from tests.realcluster.helm_operator import (
 )
 
 pytestmark = pytest.mark.realcluster
-
-
-@pytest.fixture(scope="module")
-def helm() -> str:
-    return helm_path()
 
 
 @pytest.fixture(scope="module")
