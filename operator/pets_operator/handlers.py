@@ -40,6 +40,7 @@ from .reconcile import Event
 from .refusals import backoff_seconds
 from .runner import JobRunner
 from .status import pod_view
+from .tlsbuffers import shrink_tls_read_buffers
 
 # A job's daemon leaves by itself as soon as it is told to stop (the job is deleted, the operator exits):
 # kopf waits this long for that before it cancels the daemon (which it logs as a warning).
@@ -89,6 +90,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger, **
     api_client = await asyncio.to_thread(load_api_client)
     memo.kube = metrics.CountedKube(Kube(api_client), memo.metrics)  # failed calls counted by verb
     memo.pools = ApiPools.start()
+    shrink_tls_read_buffers()  # before the followed logs' connections: one per job
     memo.log_streams = LogStreams(api_client.configuration, memo.pools.epochs, on_epoch=memo.metrics.epoch_to_status,
                                   on_error=lambda verb, resource, error: memo.metrics.api_error(
                                       verb, resource, getattr(error, "status", None)))

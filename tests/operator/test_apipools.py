@@ -47,6 +47,7 @@ async def test_shutdown_drops_the_calls_still_queued():
 def configured(monkeypatch):
     monkeypatch.setattr(handlers, "load_api_client",
                         lambda: kubernetes.client.ApiClient(kubernetes.client.Configuration(host="http://127.0.0.1:9")))
+    monkeypatch.setattr(handlers, "shrink_tls_read_buffers", lambda: None)  # process-wide: its own test's
     root = logging.getLogger()
     monkeypatch.setattr(root, "level", root.level)  # configure sets the operator's log level
 
