@@ -5,7 +5,8 @@ Everything the operator decides lives in `reconcile`; everything it does to one 
 
 Operator-wide state lives in kopf's `memo`, set up at startup (kopf hands each object a shallow
 copy, so every handler shares these objects): the
-configuration, the API client, the thread pool for blocking API calls, the followed pod logs
+configuration, the API client, the thread pools for blocking API calls (`apipools`: the jobs' steps, and
+their epochs' status patches apart), the followed pod logs
 (`logfollow`), the Prometheus metrics (`metrics`: fed by a job event handler), and the wakeups of the
 job daemons. The pod index stays a pure function of the pods; waking a job's daemon when one of
 its pods changes is a separate pod event handler, which kopf runs after the index is updated.
@@ -23,7 +24,6 @@ import asyncio
 import dataclasses
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -31,6 +31,7 @@ import kopf
 from pets_api import GROUP, KIND, PLURAL, VERSION, names
 
 from . import metrics
+from .apipools import ApiPools
 from .config import from_environ
 from .kube import Kube, KubeError, load_api_client
 from .logfollow import LogStreams
@@ -39,6 +40,7 @@ from .reconcile import Event
 from .refusals import backoff_seconds
 from .runner import JobRunner
 from .status import pod_view
+from .tlsbuffers import shrink_tls_read_buffers
 
 # A job's daemon leaves by itself as soon as it is told to stop (the job is deleted, the operator exits):
 # kopf waits this long for that before it cancels the daemon (which it logs as a warning).
@@ -47,7 +49,6 @@ DAEMON_CANCELLATION_SECONDS = 10
 # How long kopf waits for a daemon told to stop before it polls again (its default: 10 event loop cycles);
 # within it the daemon's current API call ends and it exits, so the job's finalizer goes at once.
 DAEMON_INSTANT_EXIT_SECONDS = 2.0
-API_THREADS = 32  # blocking API calls (status patches of followed logs too) of every job at once
 WAKE_HANDLER_ID = "wake-job"
 METRICS_HANDLER_ID = "job-metrics"
 DELETED_HANDLER_ID = "job-deleted"
@@ -88,8 +89,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger, **
     memo.metrics = metrics.default()
     api_client = await asyncio.to_thread(load_api_client)
     memo.kube = metrics.CountedKube(Kube(api_client), memo.metrics)  # failed calls counted by verb
-    memo.api_executor = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="kube")
-    memo.log_streams = LogStreams(api_client.configuration, memo.api_executor, on_epoch=memo.metrics.epoch_to_status,
+    memo.pools = ApiPools.start()
+    shrink_tls_read_buffers()  # before the followed logs' connections: one per job
+    memo.log_streams = LogStreams(api_client.configuration, memo.pools.epochs, on_epoch=memo.metrics.epoch_to_status,
                                   on_error=lambda verb, resource, error: memo.metrics.api_error(
                                       verb, resource, getattr(error, "status", None)))
     memo.metrics.followed_logs.set_function(lambda: len(memo.log_streams.followers))
@@ -107,9 +109,9 @@ async def shut_down(memo: kopf.Memo, **_: Any) -> None:
     streams: LogStreams | None = getattr(memo, "log_streams", None)
     if streams is not None:
         await streams.close()
-    executor: ThreadPoolExecutor | None = getattr(memo, "api_executor", None)
-    if executor is not None:
-        executor.shutdown(wait=False, cancel_futures=True)
+    pools: ApiPools | None = getattr(memo, "pools", None)
+    if pools is not None:
+        pools.shutdown()
     logging.getLogger("kopf.objects").removeFilter(_QUIET_WAKEUPS)
 
 
@@ -211,7 +213,7 @@ async def _run_job(name: str, namespace: str, uid: str, body: kopf.Body, memo: k
     key = (namespace, name)
     wakeup = memo.wakeups[key] = asyncio.Event()
     # kopf keeps `body` current with every watch event of the job: the runner follows its spec changes there.
-    runner = JobRunner(kube, job, memo.config, pods, post_event, wakeup, logger, executor=memo.api_executor,
+    runner = JobRunner(kube, job, memo.config, pods, post_event, wakeup, logger, executor=memo.pools.steps,
                        live=lambda: body, log_streams=memo.log_streams)
     try:
         await runner.run(stopped)

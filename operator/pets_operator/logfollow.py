@@ -13,7 +13,7 @@ It asks for `timestamps=true`: each line carries the time the kubelet wrote it, 
 epoch line to its status patch can be measured (`on_epoch`). The lines' events are `metric_lines`';
 the epoch entries go to the job's `epochs.EpochBook`, those of one read together (one status patch
 for a burst, e.g. a re-read after an operator restart). The patch itself stays a blocking call of
-the book, run in the operator's API thread pool.
+the book, run in the executor given (the operator's pool for epoch patches, `apipools`).
 """
 from __future__ import annotations
 

@@ -70,6 +70,11 @@ class NameTaken(KubeError):
         self.occupant = there
 
 
+def _what(body: Mapping[str, Any]) -> str:
+    """How a creation names its object: "Pod pets-0", "Service pets-workers"."""
+    return f"{body['kind']} {body['metadata']['name']}"
+
+
 class JobRunner:
     def __init__(self, kube: Kube, job: dict[str, Any], config: OperatorConfig,
                  pods: Callable[[], Iterable[PodView]], post_event: Callable[[Event], None],
@@ -278,39 +283,41 @@ class JobRunner:
 
     async def _create_group(self, indexes: list[int]) -> None:
         """The Service, the NetworkPolicy (unless turned off) and the gang scheduler's PodGroup (with
-        spec.gangScheduling), then the pods; how it failed, if it did, is the next step's `create_failure`."""
+        spec.gangScheduling), created together, then the pods, together; how it failed, if it did, is the
+        next step's `create_failure`."""
         attempt = attempt_of(self.status)
-        failures: list[tuple[str, ApiFailure]] = []
-        occupants: dict[str, Occupant] = {}
-        service = builders.service_body(self.job, self.spec)
-        creating = f"Service {service['metadata']['name']}"
-        try:
-            await self._create(self.kube.create_service, service)
-            if self.network_policy:  # before the pods: none of them is ever open to other pods than its job's
-                policy = builders.network_policy_body(self.job)
-                creating = f"NetworkPolicy {policy['metadata']['name']}"
-                await self._create(self.kube.create_network_policy, policy)
-            group = builders.pod_group_body(self.job, self.spec)
-            if group is not None:  # before the pods, which the gang scheduler places only with their group
-                creating = f"PodGroup {group['metadata']['name']}"
-                await self._create(self.kube.create_pod_group, group)
-        except KubeError as error:
-            failures.append((creating, error.failure))
-            occupants[creating] = getattr(error, "occupant", None)
-        else:
-            bodies = [builders.pod_body(self.job, self.spec, index, attempt, self.command, self.scheduler_names)
-                      for index in indexes]
-            results = await asyncio.gather(*(self._create(self.kube.create_pod, body) for body in bodies),
-                                           return_exceptions=True)
-            for index, body, result in zip(indexes, bodies, results):
-                if isinstance(result, KubeError):
-                    failures.append((f"Pod {body['metadata']['name']}", result.failure))
-                    occupants[failures[-1][0]] = getattr(result, "occupant", None)
-                elif isinstance(result, BaseException):
-                    raise result
-                else:  # created, or already this job's: until the index shows it, it is not created again
+        shared = [(self.kube.create_service, builders.service_body(self.job, self.spec))]
+        if self.network_policy:  # before the pods: none of them is ever open to other pods than its job's
+            shared.append((self.kube.create_network_policy, builders.network_policy_body(self.job)))
+        group = builders.pod_group_body(self.job, self.spec)
+        if group is not None:  # before the pods, which the gang scheduler places only with their group
+            shared.append((self.kube.create_pod_group, group))
+        failed = await self._create_each(shared)
+        if not failed:
+            pods = {index: builders.pod_body(self.job, self.spec, index, attempt, self.command, self.scheduler_names)
+                    for index in indexes}
+            failed = await self._create_each([(self.kube.create_pod, body) for body in pods.values()])
+            for index, body in pods.items():
+                if _what(body) not in failed:  # created, or already this job's: not created again until indexed
                     self._expected.created(attempt, [index], time.monotonic())
-        worst = most_severe(failures)
+        self._note_create_failure(attempt, failed)
+
+    async def _create_each(self, creations: list[tuple[Callable[[dict[str, Any]], bool], dict[str, Any]]]) \
+            -> dict[str, KubeError]:
+        """Each (create, body) at once (`_create`); "<kind> <name>" -> the error of each that failed."""
+        results = await asyncio.gather(*(self._create(create, body) for create, body in creations),
+                                       return_exceptions=True)
+        failed: dict[str, KubeError] = {}
+        for (_, body), result in zip(creations, results):
+            if isinstance(result, KubeError):
+                failed[_what(body)] = result
+            elif isinstance(result, BaseException):
+                raise result
+        return failed
+
+    def _note_create_failure(self, attempt: int, failed: Mapping[str, KubeError]) -> None:
+        """The most severe of the creation's failures becomes `create_failure` (None when all went well)."""
+        worst = most_severe([(what, error.failure) for what, error in failed.items()])
         if worst is None:
             self.create_failure = None
             return
@@ -318,7 +325,7 @@ class JobRunner:
         previous = self.create_failure
         count = previous.failures + 1 if previous is not None and previous.attempt == attempt else 1
         self.create_failure = CreateFailure(what, failure, attempt, count, datetime.now(timezone.utc),
-                                            occupant=occupants.get(what))
+                                            occupant=getattr(failed[what], "occupant", None))
         # A refusal and a quota reach the job's status and Events in the next step; a transient failure only the log.
         (self.log.warning if failure.kind == TRANSIENT else self.log.info)(
             "creating %s: %s (%s, try %d)", what, failure.describe(), failure.kind, count)

@@ -5,6 +5,7 @@ import asyncio
 import copy
 import dataclasses
 import logging
+import threading
 from datetime import timedelta
 
 import pytest
@@ -254,13 +255,82 @@ async def test_the_network_policy_comes_before_the_pods_unless_turned_off():
     kube = FakeKube()
     runner, _ = make_runner(kube)
     await one_step(runner)
-    assert kube.created[:2] == ["Service/pets-workers", "NetworkPolicy/pets-workers"]
+    assert sorted(kube.created[:2]) == ["NetworkPolicy/pets-workers", "Service/pets-workers"]
     assert sorted(kube.created[2:]) == ["Pod/pets-0", "Pod/pets-1"]
     kube = FakeKube()
     runner, _ = make_runner(kube, config=OperatorConfig(network_policy=False))
     await one_step(runner)
     assert not [name for name in kube.created if name.startswith("NetworkPolicy/")]
     assert sorted(kube.created) == ["Pod/pets-0", "Pod/pets-1", "Service/pets-workers"]
+
+
+class MeetingKube(FakeKube):
+    """The Service's create answers only once the NetworkPolicy's has been sent: only calls made together end."""
+
+    def __init__(self):
+        super().__init__()
+        self.policy_sent = threading.Event()
+
+    def create_service(self, body):
+        assert self.policy_sent.wait(5), "the Service's create waited for the NetworkPolicy's to be done"
+        return super().create_service(body)
+
+    def create_network_policy(self, body):
+        self.policy_sent.set()
+        return super().create_network_policy(body)
+
+
+async def test_the_service_and_the_network_policy_are_created_together_the_pods_after_both():
+    kube = MeetingKube()
+    runner, _ = make_runner(kube)
+    await asyncio.wait_for(one_step(runner), 10)
+    assert runner.create_failure is None
+    assert kube.created[0] == "NetworkPolicy/pets-workers" and kube.created[1] == "Service/pets-workers"
+    assert sorted(kube.created[2:]) == ["Pod/pets-0", "Pod/pets-1"]
+
+
+class RefusingKube(FakeKube):
+    """The NetworkPolicy's create fails with `policy_failure`."""
+
+    def __init__(self, policy_failure):
+        super().__init__()
+        self.policy_failure = policy_failure
+
+    def create_network_policy(self, body):
+        raise KubeError(self.policy_failure)
+
+
+async def test_a_failed_service_or_network_policy_creates_no_pod_and_the_worst_failure_counts():
+    kube = RefusingKube(ApiFailure(422, "Invalid", 'NetworkPolicy "pets-workers" is invalid: bad'))
+    kube.fail_service = [ApiFailure(503, "ServiceUnavailable", "etcd")]
+    runner, _ = make_runner(kube)
+    await one_step(runner)
+    assert kube.pods == {} and runner.create_failure.kind == REFUSED
+    assert runner.create_failure.what == "NetworkPolicy pets-workers" and runner.create_failure.failures == 1
+    kube = RefusingKube(ApiFailure(503, "ServiceUnavailable", "etcd"))  # only the policy fails: the Service is made
+    runner, _ = make_runner(kube)
+    await one_step(runner)
+    assert kube.pods == {} and kube.created == ["Service/pets-workers"]
+    assert runner.create_failure.kind == TRANSIENT and runner.create_failure.what == "NetworkPolicy pets-workers"
+
+
+class TakenPolicyKube(FakeKube):
+    """Another's NetworkPolicy is there under the job's name."""
+
+    def create_network_policy(self, body):
+        return False  # 409 AlreadyExists
+
+    def existing(self, body):
+        return {"kind": body["kind"], "metadata": {"name": body["metadata"]["name"], "ownerReferences": []}}
+
+
+async def test_a_network_policy_name_taken_names_its_occupant_and_creates_no_pod():
+    kube = TakenPolicyKube()
+    runner, _ = make_runner(kube)
+    await one_step(runner)
+    assert kube.pods == {} and runner.create_failure.kind == CONFLICT
+    assert runner.create_failure.what == "NetworkPolicy pets-workers"
+    assert runner.create_failure.occupant.describe().startswith("NetworkPolicy pets-workers already exists")
 
 
 async def test_pod_0_s_tracking_lines_reach_the_status_in_one_patch_and_one_event():
