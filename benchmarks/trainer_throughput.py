@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,7 @@ ABLATIONS = {
     "no channels_last": dict(channels_last=False),
     "no keep freed memory": dict(keep_freed_memory=False),
     "no no_grad encoder": dict(frozen_encoder_no_grad=False),
+    "no low-priority workers": dict(low_priority_workers=False),
 }
 
 
@@ -62,7 +63,9 @@ class Measurement:
     """Seconds per epoch; images per second over all epochs, and over the last one alone.
 
     The first epoch carries one-time costs (loader workers starting, the first pass over each batch
-    shape); the last is what every further epoch of a longer run looks like.
+    shape); the last is what every further epoch of a longer run looks like. `run_seconds`: the whole
+    measurement as a user waits for it, from starting the process (imports, model, data) to its end.
+    `accuracies`: one per round (each round trains with another seed, see `interleaved`).
     """
 
     name: str
@@ -71,6 +74,8 @@ class Measurement:
     train_seconds: list[float]
     eval_seconds: list[float]
     accuracy: float
+    run_seconds: float | None = None
+    accuracies: list[float] = field(default_factory=list)
 
     @property
     def train_rate(self) -> float:
@@ -219,11 +224,12 @@ def split_sizes(data_dir: Path) -> tuple[int, int]:
     return int(0.8 * total), total - int(0.8 * total)
 
 
-def measure_processes(args, data_dir: Path, processes: int, threads: int) -> Measurement:
+def measure_processes(args, data_dir: Path, processes: int, threads: int, seed: int) -> Measurement:
     """`pets-train` on this machine with `processes` processes of `threads` torch threads each."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUM_MACHINES", "MACHINE_RANK", "MASTER_ADDR", "WORLD_SIZE")}
     env.update(OMP_NUM_THREADS=str(threads), NPROC_PER_NODE=str(processes), MASTER_PORT=str(free_port()))
-    config = trainer_config(args, data_dir)
+    config = trainer_config(args, data_dir).replace(seed=seed)
+    started = time.perf_counter()
     command = [str(Path(sys.executable).parent / "pets-train"), "--data-dir", config.data_dir, "--model", config.model,
                "--image-size", str(config.image_size), "--epochs", str(config.epochs), "--seed", str(config.seed),
                "--batch-size", str(config.batch_size), "--num-workers", str(args.scaling_workers),
@@ -234,7 +240,8 @@ def measure_processes(args, data_dir: Path, processes: int, threads: int) -> Mea
     epochs = [event for event in parse_metric_lines(done.stdout) if event["event"] == "epoch"]
     n_train, n_eval = split_sizes(data_dir)
     return Measurement(f"{processes} process(es) x {threads} thread(s)", n_train, n_eval,
-                       [e["train_seconds"] for e in epochs], [e["eval_seconds"] for e in epochs], epochs[-1]["accuracy"])
+                       [e["train_seconds"] for e in epochs], [e["eval_seconds"] for e in epochs], epochs[-1]["accuracy"],
+                       time.perf_counter() - started)
 
 
 def min_seconds(action, repeats: int) -> float:
@@ -308,18 +315,20 @@ def micro_compute(args, malloc: str) -> dict:
 RESULT_PREFIX = "BENCHMARK-RESULT "
 
 
-def run_in_child(args, data_dir: Path, **task) -> dict:
-    """One measurement in a fresh interpreter, its result back as JSON.
+def run_in_child(args, data_dir: Path, seed: int | None = None, **task) -> dict:
+    """One measurement in a fresh interpreter (with `seed` instead of `args.seed`), its result back as JSON.
 
     Nothing process-wide may carry over from one measurement to the next: the malloc settings the
     trainer makes, loader workers still alive, an allocator already warm.
     """
-    payload = json.dumps({"args": vars(args), "data_dir": str(data_dir), **task}, default=str)
+    payload = json.dumps({"args": {**vars(args), "seed": seed if seed is not None else args.seed},
+                          "data_dir": str(data_dir), **task}, default=str)
+    started = time.perf_counter()
     done = subprocess.run([sys.executable, __file__, "--child", payload], capture_output=True, text=True, timeout=7200)
     if done.returncode != 0:
         raise SystemExit(f"measurement {task} failed:\n{done.stderr[-3000:]}")
     line = next(line for line in reversed(done.stdout.splitlines()) if line.startswith(RESULT_PREFIX))
-    return json.loads(line[len(RESULT_PREFIX):])
+    return {**json.loads(line[len(RESULT_PREFIX):]), "run_seconds": time.perf_counter() - started}
 
 
 def child_main(payload: str) -> int:
@@ -347,21 +356,27 @@ def free_port() -> int:
 
 
 def best_of(runs: list[Measurement]) -> Measurement:
-    """Each epoch's fastest train and eval time seen: other load on the machine only ever slows a run down."""
+    """Each epoch's fastest train and eval time seen (other load on the machine only ever slows a run down),
+    the fastest whole run, and the mean of the rounds' accuracies (each round's seed differs)."""
     first = runs[0]
 
     def fastest(times: list[list[float]]) -> list[float]:
         return [min(epoch) for epoch in zip(*times)]
 
+    accuracies = [r.accuracy for r in runs]
+    run_seconds = [r.run_seconds for r in runs if r.run_seconds is not None]
     return Measurement(first.name, first.train_images_per_epoch, first.eval_images_per_epoch,
-                       fastest([r.train_seconds for r in runs]), fastest([r.eval_seconds for r in runs]), first.accuracy)
+                       fastest([r.train_seconds for r in runs]), fastest([r.eval_seconds for r in runs]),
+                       sum(accuracies) / len(accuracies), min(run_seconds) if run_seconds else None, accuracies)
 
 
 def interleaved(measurements: dict, repeats: int) -> dict[str, Measurement]:
     """Run each measurement `repeats` times, round-robin, so drifting machine load hits all alike.
 
     Each round starts one further along the list, so no configuration always runs first (a cold
-    process) or always right after the same neighbour.
+    process) or always right after the same neighbour. `measure(round_number)`: every configuration
+    of a round trains with that round's seed, so the accuracies compare like with like and their
+    spread over the rounds says how far apart two accuracies may be by chance alone.
     """
     runs = {name: [] for name in measurements}
     names = list(measurements)
@@ -370,7 +385,7 @@ def interleaved(measurements: dict, repeats: int) -> dict[str, Measurement]:
         for name in names[shift:] + names[:shift]:
             measure = measurements[name]
             print(f"-- round {round_number + 1}/{repeats}: {name}", flush=True)
-            runs[name].append(measure())
+            runs[name].append(measure(round_number))
     return {name: best_of(found) for name, found in runs.items()}
 
 
@@ -379,21 +394,27 @@ RATES = ("train_rate", "eval_rate", "last_train_rate", "last_eval_rate")
 
 def table(rows: list[Measurement], reference: Measurement) -> str:
     """Images/second and the ratio to `reference`: over all epochs, then over the last epoch alone."""
-    lines = [f"{'':<34} {'all epochs: img/s (x)':^31} {'last epoch: img/s (x)':^31}",
-             f"{'run':<34} {'train':>15} {'eval':>15} {'train':>15} {'eval':>15} {'accuracy':>8}"]
+    lines = [f"{'':<34} {'all epochs: img/s (x)':^31} {'last epoch: img/s (x)':^31} {'whole run':>15}",
+             f"{'run':<34} {'train':>15} {'eval':>15} {'train':>15} {'eval':>15} {'s (x faster)':>15}"
+             f" accuracy: mean (min-max)"]
     for row in rows:
         cells = " ".join(f"{getattr(row, rate):>7.1f} ({getattr(row, rate) / getattr(reference, rate):4.2f})"
                          for rate in RATES)
-        lines.append(f"{row.name:<34} {cells} {row.accuracy:>8.3f}")
+        whole = (f"{row.run_seconds:>7.1f} ({reference.run_seconds / row.run_seconds:4.2f})"
+                 if row.run_seconds and reference.run_seconds else f"{'-':>15}")
+        spread = f" ({min(row.accuracies):.3f}-{max(row.accuracies):.3f})" if len(row.accuracies) > 1 else ""
+        lines.append(f"{row.name:<34} {cells} {whole} {row.accuracy:.3f}{spread}")
     return "\n".join(lines)
 
 
 # Settings that --quick and --tiny change; a flag given on the command line wins over its preset.
 PRESETS = {
     # The tutorial's model and input size, on photos the size of Oxford-IIIT Pets' (mostly 500 x 375).
-    "tutorial": dict(model="resnet50d", image_size=224, source_size="500x375", classes=4, images_per_class=48,
+    # The data set has Pets' 37 breeds; the image counts make each epoch take at least 30 s on 2 cores.
+    "tutorial": dict(model="resnet50d", image_size=224, source_size="500x375", classes=37, images_per_class=24,
                      epochs=2, batch_size=32, num_workers=4, repeats=3, scaling_repeats=2, micro_repeats=3),
-    "quick": dict(model="resnet18d", image_size=128, source_size="384"),
+    # As many images as Oxford-IIIT Pets has (7,349): here the small model trains 5,920 of them per epoch.
+    "quick": dict(model="resnet18d", image_size=128, source_size="384", images_per_class=200),
     "tiny": dict(model="resnet10t", image_size=32, source_size="64", classes=2, images_per_class=8, epochs=1,
                  batch_size=8, num_workers=1, repeats=1, scaling_repeats=1, micro_repeats=1),
 }
@@ -413,8 +434,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model", help="timm model (resnet50d, the tutorial's)")
     parser.add_argument("--image-size", type=int, help="model input side (224, the tutorial's)")
     parser.add_argument("--source-size", help="generated JPEGs: a side (384) or WIDTHxHEIGHT (500x375)")
-    parser.add_argument("--classes", type=int, help="(4)")
-    parser.add_argument("--images-per-class", type=int, help="(48)")
+    parser.add_argument("--classes", type=int, help="(37, as in Oxford-IIIT Pets)")
+    parser.add_argument("--images-per-class", type=int, help="(24; --quick: 200)")
     parser.add_argument("--epochs", type=int, help="(2)")
     parser.add_argument("--batch-size", type=int, help="(32)")
     parser.add_argument("--num-workers", type=int, help="loader workers for baseline and trainer (4, the tutorial's)")
@@ -459,7 +480,9 @@ def main(argv=None) -> int:
         if not args.no_micro:
             micro = micro_image_loads(args, data_dir)
             for keep in (False, True):
-                micro.update(run_in_child(args, data_dir, kind="compute", keep_freed_memory=keep))
+                compute = run_in_child(args, data_dir, kind="compute", keep_freed_memory=keep)
+                compute.pop("run_seconds")
+                micro.update(compute)
             print("\n== each choice in isolation (min of repeats; lower is better) ==", flush=True)
             for name, value in micro.items():
                 print(f"{name:<78} {value:8.2f}", flush=True)
@@ -469,7 +492,8 @@ def main(argv=None) -> int:
                 "trainer": dict(kind="trainer", name="trainer (all speed choices)", switches={})}
         if not args.no_ablation:
             runs.update({name: dict(kind="trainer", name=name, switches=ABLATIONS[name]) for name in args.ablation or ABLATIONS})
-        measurements = {name: lambda task=task: Measurement(**run_in_child(args, data_dir, **task)) for name, task in runs.items()}
+        measurements = {name: lambda round_number, task=task: Measurement(
+            **run_in_child(args, data_dir, seed=args.seed + round_number, **task)) for name, task in runs.items()}
         best = interleaved(measurements, args.repeats)
         baseline, trainer = best.pop("baseline"), best.pop("trainer")
         print("\n== baseline vs trainer (x = relative to the baseline) ==\n" + table([baseline, trainer], baseline), flush=True)
@@ -486,8 +510,8 @@ def main(argv=None) -> int:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
             threads = max(1, cpus // 2)
             scaling = interleaved({
-                "one": lambda: measure_processes(args, data_dir, processes=1, threads=threads),
-                "two": lambda: measure_processes(args, data_dir, processes=2, threads=threads),
+                "one": lambda round_number: measure_processes(args, data_dir, 1, threads, args.seed + round_number),
+                "two": lambda round_number: measure_processes(args, data_dir, 2, threads, args.seed + round_number),
             }, args.scaling_repeats)
             one, two = scaling["one"], scaling["two"]
             efficiency = two.train_rate / (2 * one.train_rate)

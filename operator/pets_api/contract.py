@@ -168,6 +168,8 @@ ENTRIES: tuple[Entry, ...] = (
     _trainer("IMAGE_CACHE_DIR", "image_cache_dir", "str",
              "keep the decoded images here (kept after the run); default: a temporary directory"),
     _trainer("PERSISTENT_WORKERS", "persistent_workers", "bool", "speed: keep loader workers between epochs"),
+    _trainer("LOW_PRIORITY_WORKERS", "low_priority_workers", "bool",
+             "speed: loader workers at the lowest CPU priority (nice 19), never in the training threads' way"),
     _trainer("PREFETCH_FACTOR", "prefetch_factor", "int", "speed: batches prefetched per loader worker"),
     _trainer("CHANNELS_LAST", "channels_last", "bool", "speed: channels_last memory format"),
     _trainer("KEEP_FREED_MEMORY", "keep_freed_memory", "bool",

@@ -1,6 +1,8 @@
 """The tutorial's split, transforms and data set items; decoding JPEGs at the needed size."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ from torchvision.transforms import Compose, Resize, ToTensor
 
 from pets_trainer.config import TrainConfig
 from pets_trainer.data import (
+    LOADER_WORKER_NICENESS,
     DecodeSteps,
     PetsDataset,
     build_dataloaders,
@@ -116,6 +119,26 @@ def test_loaders_follow_the_tutorial_batch_sizes_and_switches(large_jpegs):
     assert train_loader.persistent_workers and train_loader.prefetch_factor == 3
     train_loader, _ = build_dataloaders(train_set, eval_set, with_workers.replace(persistent_workers=False), pin_memory=False)
     assert not train_loader.persistent_workers
+
+
+class _Niceness(torch.utils.data.Dataset):
+    """Each item is the niceness of the process that loads it."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> int:
+        return os.nice(0)
+
+
+@pytest.mark.parametrize(("low_priority", "expected"), [(True, LOADER_WORKER_NICENESS), (False, None)])
+def test_loader_workers_run_at_the_lowest_priority_unless_switched_off(low_priority, expected):
+    config = TrainConfig(data_dir="/d", batch_size=1, num_workers=1, low_priority_workers=low_priority)
+    train_loader, eval_loader = build_dataloaders(_Niceness(), _Niceness(), config, pin_memory=False)
+    own = os.nice(0)
+    for loader in (train_loader, eval_loader):
+        assert {value for batch in loader for value in batch.tolist()} == {own if expected is None else expected}
+    assert os.nice(0) == own  # the training process itself keeps its priority
 
 
 @pytest.mark.parametrize("processes", [1, 2, 3, 16])

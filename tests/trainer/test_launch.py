@@ -101,10 +101,10 @@ def test_job_completion_index_stands_in_for_machine_rank():
 def test_speed_switches_are_flags():
     _, config = plan_and_config({"DATA_DIR": "/d"}, [
         "--no-draft-decode", "--no-persistent-workers", "--no-channels-last", "--no-frozen-encoder-no-grad",
-        "--no-image-cache", "--no-keep-freed-memory", "--pin-memory", "false", "--prefetch-factor", "4",
+        "--no-image-cache", "--no-keep-freed-memory", "--no-low-priority-workers", "--pin-memory", "false", "--prefetch-factor", "4",
     ])
     assert (config.draft_decode, config.persistent_workers, config.channels_last, config.frozen_encoder_no_grad,
-            config.image_cache, config.keep_freed_memory) == (False, False, False, False, False, False)
+            config.image_cache, config.keep_freed_memory, config.low_priority_workers) == (False,) * 7
     assert (config.pin_memory, config.prefetch_factor) == ("false", 4)
     _, config = plan_and_config({"DATA_DIR": "/d", "IMAGE_CACHE_DIR": "/cache"})
     assert (config.image_cache, config.image_cache_dir) == (True, "/cache")

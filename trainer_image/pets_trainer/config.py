@@ -55,6 +55,7 @@ class TrainConfig:
     image_cache: bool = True
     image_cache_dir: str | None = None  # None: a temporary directory per node, removed after the run
     persistent_workers: bool = True
+    low_priority_workers: bool = True  # loader workers at nice 19 (see pets_trainer.data.lower_worker_priority)
     prefetch_factor: int = 2
     channels_last: bool = True
     keep_freed_memory: bool = True  # glibc malloc: no mmap, no trimming (see pets_trainer.allocator)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +136,22 @@ def eval_shard(eval_set: PetsDataset, process_index: int, num_processes: int) ->
     return Subset(eval_set, range(process_index, len(eval_set), num_processes))
 
 
+# The lowest priority Linux has; a process may always lower its own without privileges.
+LOADER_WORKER_NICENESS = 19
+
+
+def lower_worker_priority(_worker_id: int) -> None:
+    """A loader worker's `worker_init_fn`: it runs at the lowest CPU priority.
+
+    When the CPUs are all busy (training on the CPU: the torch threads use every core), a worker
+    that preempts one of the torch threads stalls the whole op it takes part in, because each op
+    waits for its slowest thread. At nice 19 the workers take the CPU the torch threads leave idle
+    (the Python between ops, the optimizer step) and get it all whenever the training loop waits for
+    a batch, so they still keep up; on a GPU node, where the CPUs are mostly idle, it changes nothing.
+    """
+    os.nice(LOADER_WORKER_NICENESS - os.nice(0))
+
+
 def build_dataloaders(
     train_set: Dataset, eval_set: Dataset, config: TrainConfig, pin_memory: bool
 ) -> tuple[DataLoader, DataLoader]:
@@ -144,6 +161,7 @@ def build_dataloaders(
         pin_memory=pin_memory,
         persistent_workers=config.persistent_workers and workers > 0,
         prefetch_factor=config.prefetch_factor if workers > 0 else None,
+        worker_init_fn=lower_worker_priority if config.low_priority_workers and workers > 0 else None,
     )
     train_loader = DataLoader(train_set, shuffle=True, batch_size=config.batch_size, **loader_options)
     eval_loader = DataLoader(eval_set, shuffle=False, batch_size=config.effective_eval_batch_size, **loader_options)
