@@ -31,6 +31,7 @@ from .environment import PortMap
 from .events import EventRecorder
 from .node import KUBELET_VERSION, NodeAgent
 from .runtimes import docker, simulated
+from .runtimes.pod_addresses import PodAddresses
 from .runtimes.process import SHIM_STOP_TIMEOUT, PodWorker
 from .storage import TERMINAL_POD_PHASES
 
@@ -86,6 +87,7 @@ class Kubelet:
         self.keep_logs = keep_logs  # keep a deleted pod's log files (its directory goes either way)
         self.ports = PortMap()
         self.workers: dict[str, PodWorker] = {}
+        self.simulated_addresses = PodAddresses()
         self.events = EventRecorder(client, "kubelet", node_name)
         self.node = NodeAgent(client, node_name, capacity, kubelet_port, kubelet_version)
         self.heartbeat = heartbeat
@@ -148,7 +150,9 @@ class Kubelet:
 
     def _new_worker(self, pod: dict[str, Any]) -> PodWorker:
         if self.simulate or simulated.requested(pod):
-            return simulated.SimulatedPodWorker(self, pod, self.workload)
+            worker = simulated.SimulatedPodWorker(self, pod, self.workload)
+            worker.pod_ip = self.simulated_addresses.take(lambda: {w.pod_ip for w in self.workers.values()})
+            return worker
         return self.runtime.worker(self, pod)
 
     async def _end_deleted(self, worker: PodWorker, pod: dict[str, Any]) -> None:

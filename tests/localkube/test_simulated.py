@@ -3,6 +3,7 @@
 The kit's own workload (`PLAIN`) prints plain lines; the product's is tested in test_product.py."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 import time
@@ -11,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from pets_localkube import LocalCluster
+from pets_localkube.runtimes.pod_addresses import SIMULATED_POD_CIDR, PodAddresses
 from pets_localkube.runtimes.simulated import (
     ANNOTATION,
     ENV,
@@ -72,6 +74,23 @@ def simulated_pod(name, schedule, **extra):
     return body
 
 
+def test_pod_addresses_are_handed_out_in_turn_and_after_a_wrap_skip_those_in_use():
+    addresses = PodAddresses("10.9.0.0/29")  # hosts .1 to .6
+    in_use_asked = []
+
+    def in_use():
+        in_use_asked.append(True)
+        return {"10.9.0.2", "10.9.0.3"}
+
+    first = [addresses.take(in_use) for _ in range(6)]
+    assert first == [f"10.9.0.{n}" for n in range(1, 7)] and not in_use_asked, "no need to ask before the first wrap"
+    assert [addresses.take(in_use) for _ in range(2)] == ["10.9.0.1", "10.9.0.4"]
+    with pytest.raises(RuntimeError, match="all 6 simulated pod addresses are in use"):
+        addresses.take(lambda: {f"10.9.0.{n}" for n in range(1, 7)})
+    with pytest.raises(ValueError):
+        PodAddresses("10.9.0.0/31")
+
+
 def test_simulated_and_real_pods_in_one_cluster_and_a_followed_simulated_log(tmp_path):
     with LocalCluster(workdir=tmp_path / "cluster", cpu=2) as cluster, api_client(cluster) as api:
         core = client.CoreV1Api(api)
@@ -112,6 +131,9 @@ def test_a_simulate_mode_cluster_fails_a_pod_on_schedule_and_deletes_a_running_o
         terminated = core.read_namespaced_pod("fails", "default").status.container_statuses[0].state.terminated
         assert terminated.exit_code == 3
         wait_for(lambda: pod_phase(core, "long") == "Running", what="the long pod running")
+        addresses = [core.read_namespaced_pod(name, "default").status.pod_ip for name in ("fails", "long")]
+        assert len(set(addresses)) == 2, f"each simulated pod has an address of its own: {addresses}"
+        assert all(ipaddress.ip_address(a) in ipaddress.ip_network(SIMULATED_POD_CIDR) for a in addresses), addresses
         started = time.monotonic()
         core.delete_namespaced_pod("long", "default")
         wait_for(lambda: pod_phase(core, "long") is None, what="the deleted pod gone")
