@@ -6,8 +6,8 @@ Everything runs side by side in one invocation on the same generated data:
   2. ablation: the trainer with each speed choice turned off in turn (its share);
   3. scaling: `pets-train` with 1 process vs. 2 processes (gloo on CPU), parallel efficiency.
 
-    python benchmarks/trainer_throughput.py                 # the tutorial's model and input size (~30 min on 2 cores)
-    python benchmarks/trainer_throughput.py --quick         # resnet18d at 128 px (~10 min on 2 cores)
+    python benchmarks/trainer_throughput.py                 # the tutorial's model and input size (12 min on 2 cores, one ablation, no micro/scaling)
+    python benchmarks/trainer_throughput.py --quick         # resnet18d at 128 px (14 min likewise; every ablation: about 3x as long)
     python benchmarks/trainer_throughput.py --tiny          # seconds: a smoke run
     python benchmarks/trainer_throughput.py --mixed-precision bf16   # on a GPU: both sides in bf16
 
@@ -410,10 +410,10 @@ def table(rows: list[Measurement], reference: Measurement) -> str:
 # Settings that --quick and --tiny change; a flag given on the command line wins over its preset.
 PRESETS = {
     # The tutorial's model and input size, on photos the size of Oxford-IIIT Pets' (mostly 500 x 375).
-    # The data set has Pets' 37 breeds; the image counts make each epoch take at least 30 s on 2 cores.
+    # Pets' 37 breeds; 888 images: epochs of about 60 s (tutorial's loop) and 20 s (trainer) on 2 cores.
     "tutorial": dict(model="resnet50d", image_size=224, source_size="500x375", classes=37, images_per_class=24,
                      epochs=2, batch_size=32, num_workers=4, repeats=3, scaling_repeats=2, micro_repeats=3),
-    # As many images as Oxford-IIIT Pets has (7,349): here the small model trains 5,920 of them per epoch.
+    # As many images as Oxford-IIIT Pets has (7,349): epochs of about 55 s and 26-31 s on 2 cores.
     "quick": dict(model="resnet18d", image_size=128, source_size="384", images_per_class=200),
     "tiny": dict(model="resnet10t", image_size=32, source_size="64", classes=2, images_per_class=8, epochs=1,
                  batch_size=8, num_workers=1, repeats=1, scaling_repeats=1, micro_repeats=1),
