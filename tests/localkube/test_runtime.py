@@ -22,18 +22,30 @@ from pets_localkube.runtimes.process import SHIM
 from .helpers import api_client, gone, pod_phase, python_pod, wait_for
 
 # Starts a helper in a session of its own (as launchers start workers) and a daemon (double fork +
-# setsid, reparented away from its parent), prints "<role> <pid>" for each, then waits.
+# setsid, reparented away from its parent); each prints "<role> <pid>" and then tells the main process
+# through a pipe, so "main <pid>" comes last and a main process that exits at once never ends a helper
+# before it has printed (a helper's interpreter can take over a second to start on a busy machine).
 SPAWNER = r'''
 import os, subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", "import os, time; print('helper', os.getpid(), flush=True); time.sleep(300)"],
-                 start_new_session=True)
+ready_r, ready_w = os.pipe()
+subprocess.Popen([sys.executable, "-c", "import os, sys, time; print('helper', os.getpid(), flush=True); "
+                  "os.write(int(sys.argv[1]), b'.'); time.sleep(300)", str(ready_w)],
+                 start_new_session=True, pass_fds=(ready_w,))
 if os.fork() == 0:
     if os.fork() == 0:
         os.setsid()
         print('daemon', os.getpid(), flush=True)
+        os.write(ready_w, b'.')
         time.sleep(300)
         os._exit(0)
     os._exit(0)
+os.close(ready_w)
+told = 0
+while told < 2:
+    chunk = os.read(ready_r, 2 - told)
+    if not chunk:  # every writer closed: a helper ended before it said so
+        break
+    told += len(chunk)
 print('main', os.getpid(), flush=True)
 '''
 
