@@ -135,7 +135,7 @@ AUDIT_VERBS = {"create": "POST", "update": "PUT", "patch": "PATCH", "get": "GET"
 class Cluster:
     """The cluster process (`pets-operator local up`), its API and its request counts."""
 
-    def __init__(self, backend: str, workdir: Path, jobs: int, scheduler_qps: float):
+    def __init__(self, backend: str, workdir: Path, jobs: int, scheduler_qps: float, profiling: bool = False):
         self.backend, self.workdir = backend, workdir
         command = [sys.executable, "-m", "pets_operator", "local", "up", "--simulate", "--keep-logs",
                    "--workdir", str(workdir), "--cpu", "100000", "--memory", "100Ti", "--pods", str(2 * jobs + 20),
@@ -154,6 +154,8 @@ class Cluster:
                         f"--control-plane-arg=kube-scheduler=--kube-api-burst={burst}",
                         f"--control-plane-arg=kube-controller-manager=--kube-api-qps={qps}",
                         f"--control-plane-arg=kube-controller-manager=--kube-api-burst={burst}"]
+            if profiling:  # the last of a repeated flag wins: this undoes the control plane's --profiling=false
+                command.append("--control-plane-arg=kube-apiserver=--profiling=true")
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         output = []
         for line in self.process.stdout:
@@ -273,11 +275,14 @@ class Api:
             raise RuntimeError(f"POST {path}: {response.status} {answer[:300]!r}")
 
     def get_text(self, path: str) -> str:
-        connection = self._connection(timeout=60)
+        return self.get_bytes(path).decode()
+
+    def get_bytes(self, path: str, timeout: float = 60) -> bytes:
+        connection = self._connection(timeout=timeout)
         try:
             connection.request("GET", path, headers={"User-Agent": USER_AGENT})
             response = connection.getresponse()
-            return response.read().decode()
+            return response.read()
         finally:
             connection.close()
 
@@ -404,6 +409,24 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"p50": percentile(values, 50), "p99": percentile(values, 99), "max": max(values) if values else math.inf}
 
 
+def by_arrival(starts: list[float], latencies: list[float], begin: float, window: float = 5.0) -> list[dict]:
+    """Latencies by when each began (a job's creation, an epoch line), in windows of `window` seconds from the
+    round's first job: where in the round a tail sits."""
+    windows: dict[int, list[float]] = {}
+    for start, latency in zip(starts, latencies):
+        windows.setdefault(int((start - begin) // window), []).append(latency)
+    return [{"from_s": index * window, "count": len(values), **summary(values)} for index, values in sorted(windows.items())]
+
+
+def save_profile(api: Api, target: Path, at: float, seconds: float) -> None:
+    """kube-apiserver's CPU profile (net/http/pprof) from `at` (epoch seconds) for `seconds`, into `target`."""
+    time.sleep(max(0.0, at - time.time()))
+    data = api.get_bytes(f"/debug/pprof/profile?seconds={seconds:g}", timeout=seconds + 60)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    print(f"kube-apiserver's CPU profile: {target} (go tool pprof -top {target})", file=sys.stderr, flush=True)
+
+
 def scrape(port: int) -> str:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
@@ -439,9 +462,11 @@ def difference(after: dict, before: dict) -> dict:
 
 
 def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: float, variant: str, workdir: Path,
-              timeout: float, log_level: str, scheduler_qps: float, source: Path | None = None) -> dict:
-    """One round; `source`: run the operator of that tree (DIR/operator) instead of this one's; `variant` names the row."""
-    cluster = Cluster(backend, workdir / "cluster", jobs, scheduler_qps)
+              timeout: float, log_level: str, scheduler_qps: float, source: Path | None = None,
+              profile: tuple[Path, float, float] | None = None) -> dict:
+    """One round; `source`: run the operator of that tree (DIR/operator) instead of this one's; `variant` names the row;
+    `profile`: (directory, start, seconds): kube-apiserver's CPU profile over that window of the round, written there."""
+    cluster = Cluster(backend, workdir / "cluster", jobs, scheduler_qps, profiling=profile is not None)
     metrics_port = free_port()
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PETS_OPERATOR_LIVENESS_PORT": "0",
            "PETS_OPERATOR_LOG_LEVEL": log_level, "PETS_OPERATOR_METRICS_PORT": str(metrics_port)}
@@ -466,6 +491,10 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
         components_before = {name: process_usage(pid)["cpu"] for name, pid in components.items()}
         created: dict[str, float] = {}
         begin = time.time()
+        if profile is not None and backend == "kubernetes":
+            directory, start, seconds = profile
+            target = directory / f"kube-apiserver-{jobs}-{variant}.pprof"
+            threading.Thread(target=save_profile, args=(cluster.api, target, begin + start, seconds), daemon=True).start()
         connection = api._connection()
         for index in range(jobs):  # at a steady rate, as jobs arrive at a busy cluster
             name = f"bench-{index}"
@@ -498,6 +527,7 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
         to_pods = [max(watcher.pod_seen.get(f"{name}-{i}", math.inf) for i in (0, 1)) - start
                    for name, start in created.items()]
         printed = printed_times(workdir / "cluster")
+        printed_at = [printed[key] for key in watcher.epoch_seen if key in printed]
         to_status = [seen - printed[key] for key, seen in watcher.epoch_seen.items() if key in printed]
         everyone = difference(all_after, all_before)
         everyone.pop(("", "", ""), None)  # /metrics and discovery: the benchmark's own scrapes among them
@@ -512,6 +542,8 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
             "epoch_seconds": epoch_seconds, "rate": rate,
             "seconds": round(end - begin, 1), "load_average": os.getloadavg()[0],
             "pods": summary(to_pods), "epoch": summary(to_status),
+            "pods_by_arrival": by_arrival(list(created.values()), to_pods, begin),
+            "epoch_by_time": by_arrival(printed_at, to_status, begin, window=10.0),
             "epochs_seen": len(watcher.epoch_seen), "epochs_expected": jobs * epochs,
             "succeeded": sum(p == "Succeeded" for p in watcher.phases.values()),
             "operator_exit": exited,
@@ -558,6 +590,12 @@ def print_table(rows: list[dict]) -> None:
         parts = ", ".join(f"{name} {usage['cpu_seconds']:.1f} / {usage['rss_peak']:.0f}"
                           for name, usage in row["cluster"].items())
         print(f"{row['backend']:<10} {row['operator_source']:<9} {row['jobs']:>5}  {parts}")
+    print("\nwhere the tails sit: p99 s by when they began (create -> pods per 5 s of creation; epoch -> status per 10 s "
+          "of epoch lines), from the round's first job")
+    for row in rows:
+        for label, key in (("create->pods", "pods_by_arrival"), ("epoch->status", "epoch_by_time")):
+            windows = " ".join(f"{w['from_s']:g}:{w['p99']:.1f}" for w in row.get(key, []))
+            print(f"{row['backend']:<10} {row['operator_source']:<9} {row['jobs']:>5}  {label:<14} {windows}")
     print("\noperator requests per job by verb; by call")
     for row in rows:
         print(f"{row['backend']:<10} {row['operator_source']:<9} {row['jobs']:>5}  {row['operator']['requests_per_job_by_verb']}"
@@ -585,12 +623,22 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="also run each job count with DIR/operator's pets_operator first (a row named 'baseline')")
     parser.add_argument("--json", type=Path, help="also write the rounds to this file")
+    parser.add_argument("--profile-apiserver", type=Path, metavar="DIR",
+                        help="kube-apiserver backend: save its CPU profile of each round to DIR (kube-apiserver started "
+                             "with --profiling=true), over --profile-window")
+    parser.add_argument("--profile-window", default="20,30", metavar="START,SECONDS",
+                        help="from START seconds after the first job's creation, for SECONDS (default: %(default)s: "
+                             "the second half of 1,000 jobs' creation at 20 jobs/s)")
     args = parser.parse_args()
     if args.baseline and not (args.baseline / "operator" / "pets_operator" / "__init__.py").is_file():
         parser.error(f"--baseline {args.baseline}: no operator/pets_operator/__init__.py there")
     if args.quick:
         args.jobs, args.epochs, args.epoch_seconds = "20", 3, 1.0
     counts = [int(part) for part in args.jobs.split(",")]
+    profile = None
+    if args.profile_apiserver:
+        start, seconds = (float(part) for part in args.profile_window.split(","))
+        profile = (args.profile_apiserver, start, seconds)
     backends = ["emulated", "kubernetes"] if args.backend == "both" else [args.backend]
     variants: list[tuple[str, Path | None]] = [("this", None)]
     if args.baseline:
@@ -605,7 +653,7 @@ def main() -> int:
             for variant, source in variants:
                 with tempfile.TemporaryDirectory(prefix="operator-scale-") as tmp:
                     rows.append(run_round(backend, jobs, args.epochs, args.epoch_seconds, args.rate, variant, Path(tmp),
-                                          timeout, args.log_level, args.scheduler_qps, source))
+                                          timeout, args.log_level, args.scheduler_qps, source, profile))
                 print(json.dumps(rows[-1]), flush=True)
                 if args.json:  # what finished so far, should a later round not
                     args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -15,7 +15,10 @@ of any other. At a restart with a checkpoint the finished epochs stay, as provis
 group re-reports the ones its checkpoint holds (`"resumed": true`), and its first freshly trained
 epoch drops those it did not re-report (they are trained again). Epochs at or beyond spec.epochs
 are never kept (a log of a run with another epoch count). Its adds run in the API thread pool,
-hence the lock.
+hence the locks: `_publishing` keeps the adds (and a new attempt) in order across their status
+patch; `_lock` guards the state and is never held across an API call, because the runner's step
+reads the book on the operator's event loop, and a step that waited for a patch in flight (seconds
+on a busy API server) would stall every job's handling with it.
 """
 from __future__ import annotations
 
@@ -99,7 +102,8 @@ class EpochBook:
         self._limit = limit
         self._epochs = self._within(merge_epochs([], known))
         self._publish = publish
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the state below; held briefly, never across `publish`
+        self._publishing = threading.Lock()  # one add (or new attempt) at a time, its patch included
         self.attempt = attempt
         self._provisional: set[int] = set()  # epochs of an earlier attempt, kept until the new one says otherwise
         self._initialization = Initialization()  # the current attempt's downloads, as pod 0 reports them
@@ -142,26 +146,29 @@ class EpochBook:
         entries = self._within(entries)
         if not entries:
             return False
-        with self._lock:  # held while publishing, so patches leave in the order the epochs came
-            if attempt is not None and attempt != self.attempt:
-                return False  # a log of an earlier (or, briefly, a later) group
-            known, provisional = self._epochs, self._provisional
-            if not resumed and provisional:  # the new group trains again what it did not re-report
-                known = [e for e in known if int(e["epoch"]) not in provisional]
-                provisional = set()
-            merged = merge_epochs(known, entries)
-            provisional = provisional - {int(e["epoch"]) for e in entries}
-            if merged == self._epochs:
-                self._provisional = provisional
-                return False
+        with self._publishing:  # held while publishing, so patches leave in the order the epochs came
+            with self._lock:
+                if attempt is not None and attempt != self.attempt:
+                    return False  # a log of an earlier (or, briefly, a later) group
+                known, provisional = self._epochs, self._provisional
+                if not resumed and provisional:  # the new group trains again what it did not re-report
+                    known = [e for e in known if int(e["epoch"]) not in provisional]
+                    provisional = set()
+                merged = merge_epochs(known, entries)
+                provisional = provisional - {int(e["epoch"]) for e in entries}
+                if merged == self._epochs:
+                    self._provisional = provisional
+                    return False
+            # Without the state's lock: readers (the runner's step, on the event loop) do not wait for the patch.
             self._publish(epoch_fields(merged))  # raises when the patch fails: nothing recorded, a re-read retries
-            self._epochs, self._provisional = merged, provisional
+            with self._lock:
+                self._epochs, self._provisional = merged, provisional
             return True
 
     def start_attempt(self, attempt: int, keep: bool) -> None:
         """From now on only `attempt`'s lines count. `keep=False`: the epochs are gone (the runner clears the
         status fields in its restart patch); `keep=True`: they stay until the new group's lines replace them."""
-        with self._lock:
+        with self._publishing, self._lock:  # after an add in flight, whose attempt it checked
             self.attempt = attempt
             self._initialization = Initialization()  # the new group downloads (or finds its cache) anew
             self._tracking = Tracking()  # and starts runs of its own

@@ -172,3 +172,39 @@ def test_the_book_keeps_the_current_attempt_s_download_progress():
     assert book.initialization.artefacts == {"data": ("http://h/a.tgz", 5, 10)} and book.initialization.done
     book.start_attempt(2, keep=True)  # a new group downloads (or finds its cache) anew
     assert not book.initialization.done and book.initialization.artefacts == {}
+
+
+def test_reading_the_book_never_waits_for_a_patch_in_flight():
+    """The runner's step reads the book on the event loop: a status patch that takes seconds (a busy API
+    server) must not hold it there, or every job's handling waits with it. Adds still leave in order."""
+    import threading
+
+    patching, release = threading.Event(), threading.Event()
+    published = []
+
+    def slow(fields):
+        patching.set()
+        assert release.wait(10)
+        published.append(fields)
+
+    book = EpochBook([], slow, attempt=0)
+    adding = threading.Thread(target=book.add, args=([entry(0, 0.5)],))
+    adding.start()
+    try:
+        assert patching.wait(5)
+        reads = threading.Thread(target=lambda: (book.initialization, book.tracking, book.epochs,
+                                                 book.note_init({"event": "initialized"})))
+        reads.start()
+        reads.join(2)
+        assert not reads.is_alive(), "a read of the book waited for the status patch"
+        assert book.epochs == []  # recorded only once the patch is stored
+        later = threading.Thread(target=book.add, args=([entry(1, 0.6)],))
+        later.start()
+        later.join(0.2)
+        assert later.is_alive()  # the next add waits for the patch in flight: patches stay in order
+    finally:
+        release.set()
+        adding.join(5)
+    later.join(5)
+    assert [fields["currentEpoch"] for fields in published] == [1, 2]
+    assert book.epochs == [entry(0, 0.5), entry(1, 0.6)]
