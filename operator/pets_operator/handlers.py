@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import Any
 
@@ -52,6 +53,7 @@ DAEMON_CANCELLATION_SECONDS = 10
 DAEMON_INSTANT_EXIT_SECONDS = 2.0
 WAKE_HANDLER_ID = "wake-job"
 METRICS_HANDLER_ID = "job-metrics"
+SPEC_WAKE_HANDLER_ID = "wake-on-spec-change"
 DELETED_HANDLER_ID = "job-deleted"
 
 
@@ -59,7 +61,8 @@ class _QuietWakeups(logging.Filter):
     """Drops kopf's "Handler 'wake-job' (or 'job-metrics', 'job-deleted') is invoked / succeeded" lines: one per
     event, no news."""
 
-    quiet = tuple(f"Handler {handler!r}" for handler in (WAKE_HANDLER_ID, METRICS_HANDLER_ID, DELETED_HANDLER_ID))
+    quiet = tuple(f"Handler {handler!r}" for handler in (WAKE_HANDLER_ID, METRICS_HANDLER_ID, DELETED_HANDLER_ID,
+                                                          SPEC_WAKE_HANDLER_ID))
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.WARNING or not record.getMessage().startswith(self.quiet)
@@ -131,6 +134,21 @@ async def job_pods(namespace: str, body: kopf.Body, **_: Any):
 async def wake_job(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
     """One of a job's pods changed (the index already has it): wake that job's daemon, if it runs."""
     wakeup = memo.wakeups.get((namespace, labels[names.LABEL_JOB_NAME]))
+    if wakeup is not None:
+        wakeup.set()
+
+
+def spec_ahead(meta: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> bool:
+    """The job's spec has a generation its status has not observed yet (a change such as `suspend`, or a job no
+    step has reported on): its daemon has news, which its own status patches never are (pure)."""
+    generation, observed = meta.get("generation"), status.get("observedGeneration")
+    return generation is not None and (observed is None or int(observed) < int(generation))
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id=SPEC_WAKE_HANDLER_ID, when=spec_ahead)
+async def wake_on_spec_change(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    """A spec change wakes the job's daemon at once, instead of at its next idle step."""
+    wakeup = memo.wakeups.get((namespace, name))
     if wakeup is not None:
         wakeup.set()
 

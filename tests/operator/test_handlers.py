@@ -59,3 +59,20 @@ def test_a_deleted_job_stops_its_daemon():
         assert await asyncio.wait_for(waiting, 1) is True and stopped and stopped.job_deleted
 
     asyncio.run(scenario())
+
+
+def test_a_spec_change_wakes_the_job_s_daemon_and_its_own_status_patches_do_not():
+    assert handlers.spec_ahead(meta={"generation": 2}, status={"observedGeneration": 1})  # e.g. suspend set
+    assert handlers.spec_ahead(meta={"generation": 1}, status={})  # no step has reported on it yet
+    assert not handlers.spec_ahead(meta={"generation": 2}, status={"observedGeneration": 2})  # an epoch's patch
+    assert not handlers.spec_ahead(meta={}, status={})
+
+    class Memo:
+        wakeups = {("ml", "pets"): asyncio.Event()}
+
+    asyncio.run(handlers.wake_on_spec_change(namespace="ml", name="pets", memo=Memo()))
+    asyncio.run(handlers.wake_on_spec_change(namespace="ml", name="other", memo=Memo()))  # no daemon: nothing to wake
+    assert Memo.wakeups[("ml", "pets")].is_set()
+    registered = [h for h in kopf.get_default_registry()._watching.get_all_handlers()
+                  if h.fn is handlers.wake_on_spec_change]
+    assert len(registered) == 1 and registered[0].when is handlers.spec_ahead
