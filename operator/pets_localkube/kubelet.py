@@ -138,7 +138,9 @@ class Kubelet:
                 asyncio.create_task(self._end_deleted(worker, pod))
             return
         deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        if worker is None and not deleting and pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES:
+        # A node going down starts nothing: shutdown() stops only the workers it found, and a pod bound after
+        # that (a ReplicaSet's replacement for a pod it stopped) would outlive the node's event loop.
+        if worker is None and not deleting and not self.shutting_down and pod.get("status", {}).get("phase") not in TERMINAL_POD_PHASES:
             worker = self.workers[uid] = self._new_worker(pod)
             worker.task = asyncio.create_task(worker.run())
         elif deleting and worker is not None and not worker.stopping:

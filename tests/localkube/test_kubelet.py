@@ -1,6 +1,7 @@
 """The local kubelet and scheduler: pods as local processes, through the official client."""
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import os
@@ -13,6 +14,7 @@ from kubernetes import client
 
 from pets_localkube import LocalCluster
 from pets_localkube.environment import PortMap
+from pets_localkube.kubelet import Kubelet
 from pets_localkube.runtimes.process import PodWorker
 
 from .helpers import api_client, gone, pod_phase, python_pod, wait_for
@@ -223,6 +225,21 @@ def test_shutdown_kills_every_process(tmp_path):
         wait_for(lambda: cluster.process_ids(), what="the process to start")
         pid = cluster.process_ids()[0]
     wait_for(lambda: not alive(pid), timeout=10, what="the process to be killed on shutdown")
+
+
+def test_a_kubelet_going_down_starts_no_pod_bound_after_its_shutdown_began(tmp_path):
+    """A ReplicaSet replaces the pods a node's shutdown stops; a replacement bound to the node meanwhile
+    must not start: shutdown() would not stop it, and its processes would outlive the node."""
+    async def scenario() -> dict:
+        kubelet = Kubelet(SimpleNamespace(base_url="https://127.0.0.1:6443"), "local", tmp_path, {"cpu": "2"})
+        await kubelet.shutdown()
+        pod = python_pod("replacement", "print(1)")
+        pod["metadata"].update(namespace="default", uid="replacement-uid")
+        pod["spec"]["nodeName"] = "local"
+        await kubelet._handle("ADDED", pod)
+        return kubelet.workers
+
+    assert asyncio.run(scenario()) == {}
 
 
 # --- logs ---------------------------------------------------------------------------------------
