@@ -133,9 +133,7 @@ async def job_pods(namespace: str, body: kopf.Body, **_: Any):
 @kopf.on.event("v1", "pods", labels={names.LABEL_JOB_NAME: kopf.PRESENT}, id=WAKE_HANDLER_ID)
 async def wake_job(namespace: str, labels: dict[str, str], memo: kopf.Memo, **_: Any) -> None:
     """One of a job's pods changed (the index already has it): wake that job's daemon, if it runs."""
-    wakeup = memo.wakeups.get((namespace, labels[names.LABEL_JOB_NAME]))
-    if wakeup is not None:
-        wakeup.set()
+    _wake(memo, namespace, labels[names.LABEL_JOB_NAME])
 
 
 def spec_ahead(meta: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> bool:
@@ -148,6 +146,10 @@ def spec_ahead(meta: Mapping[str, Any], status: Mapping[str, Any], **_: Any) -> 
 @kopf.on.event(GROUP, VERSION, PLURAL, id=SPEC_WAKE_HANDLER_ID, when=spec_ahead)
 async def wake_on_spec_change(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
     """A spec change wakes the job's daemon at once, instead of at its next idle step."""
+    _wake(memo, namespace, name)
+
+
+def _wake(memo: kopf.Memo, namespace: str, name: str) -> None:
     wakeup = memo.wakeups.get((namespace, name))
     if wakeup is not None:
         wakeup.set()
