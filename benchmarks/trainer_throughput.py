@@ -9,7 +9,7 @@ Everything runs side by side in one invocation on the same generated data:
     python benchmarks/trainer_throughput.py                 # the tutorial's model and input size (12 min on 2 cores, one ablation, no micro/scaling)
     python benchmarks/trainer_throughput.py --quick         # resnet18d at 128 px (14 min likewise; every ablation: about 3x as long)
     python benchmarks/trainer_throughput.py --tiny          # seconds: a smoke run
-    python benchmarks/trainer_throughput.py --mixed-precision bf16   # on a GPU: both sides in bf16
+    python benchmarks/trainer_throughput.py --mixed-precision bf16   # both sides in bf16: on a GPU, or a CPU with AVX512-BF16 or AMX
 
 It is a script, not a test: the figures depend on the machine. See docs/performance-trainer.md.
 """
@@ -44,7 +44,7 @@ from pets_trainer.image_cache import ImageCache
 from pets_trainer.metrics import parse_metric_lines
 from pets_trainer.model import FrozenEncoderClassifier, freeze_encoder
 from pets_trainer.synthetic import generate_synthetic_pets
-from pets_trainer.train import training_loop
+from pets_trainer.train import supported_mixed_precision, training_loop
 
 # Each ablation turns one speed choice off.
 ABLATIONS = {
@@ -55,6 +55,7 @@ ABLATIONS = {
     "no keep freed memory": dict(keep_freed_memory=False),
     "no no_grad encoder": dict(frozen_encoder_no_grad=False),
     "no low-priority workers": dict(low_priority_workers=False),
+    "no mixed precision": dict(mixed_precision="no"),  # with --mixed-precision: what it buys
 }
 
 
@@ -457,9 +458,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.source_size = source_size(args.source_size)
-    if args.mixed_precision != "no" and not torch.cuda.is_available():
-        parser.error(f"--mixed-precision {args.mixed_precision} needs a GPU: on a CPU the trainer would fall back to "
-                     "'no' and the tutorial's loop cannot run it, so there is nothing to compare")
+    if not torch.cuda.is_available() and supported_mixed_precision(args.mixed_precision, cpu=True) != args.mixed_precision:
+        parser.error(f"--mixed-precision {args.mixed_precision} needs a GPU or, for bf16, a CPU with AVX512-BF16 or AMX: "
+                     "here the trainer would fall back to 'no', so there is nothing to compare")
     return args
 
 
@@ -491,7 +492,9 @@ def main(argv=None) -> int:
         runs = {"baseline": dict(kind="baseline"),
                 "trainer": dict(kind="trainer", name="trainer (all speed choices)", switches={})}
         if not args.no_ablation:
-            runs.update({name: dict(kind="trainer", name=name, switches=ABLATIONS[name]) for name in args.ablation or ABLATIONS})
+            # Without --mixed-precision, "no mixed precision" would be the trainer again.
+            ablations = args.ablation or [name for name in ABLATIONS if name != "no mixed precision" or args.mixed_precision != "no"]
+            runs.update({name: dict(kind="trainer", name=name, switches=ABLATIONS[name]) for name in ablations})
         measurements = {name: lambda round_number, task=task: Measurement(
             **run_in_child(args, data_dir, seed=args.seed + round_number, **task)) for name, task in runs.items()}
         best = interleaved(measurements, args.repeats)
@@ -504,7 +507,7 @@ def main(argv=None) -> int:
                   + table([trainer, *ablated], trainer), flush=True)
             report["ablation"] = [row.report() for row in ablated]
         if not torch.cuda.is_available():
-            print("pin_memory and mixed precision: used only on a GPU, so not measured on this CPU", flush=True)
+            print("pin_memory: used only on a GPU, so not measured on this CPU", flush=True)
 
         if not args.no_scaling:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

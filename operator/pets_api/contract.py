@@ -86,7 +86,7 @@ ENTRIES: tuple[Entry, ...] = (
     _spec("pretrainedWeights", "PRETRAINED_WEIGHTS", "pretrained_weights", "str",
           "local weights file (safetensors or torch)"),
     _spec("mixedPrecision", "MIXED_PRECISION", "mixed_precision", "choice",
-          "falls back to no where the device lacks it"),  # choices: the CRD's enum
+          "falls back to no where the device lacks it (on a CPU: bf16 with AVX512-BF16 or AMX only)"),  # choices: the CRD's enum
     _spec("seed", "SEED", "seed", "int", "seed of the split, the model init and the synthetic data"),
     _spec("batchSize", "BATCH_SIZE", "batch_size", "int", "per-process training batch size"),
     _spec("epochs", "EPOCHS", "epochs", "int", "epochs"),

@@ -8,12 +8,14 @@ import tempfile
 import time
 
 import pytest
+import torch
 from accelerate.state import AcceleratorState
 
+from pets_trainer import train
 from pets_trainer.errors import ConfigError, DataError
 from pets_trainer.metrics import parse_metric_lines
 from pets_trainer.notebook import launch_in_notebook
-from pets_trainer.train import training_loop
+from pets_trainer.train import supported_mixed_precision, training_loop
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +49,30 @@ def test_training_loop_learns_and_prints_metric_lines(pets_dir, capsys):
     # 96 images split 76/20: each accuracy counts the 20 eval images exactly once.
     assert "96 images, 4 classes, 76 train / 20 eval" in captured_out
     assert all(round(event["accuracy"] * 20, 4) == round(event["accuracy"] * 20) for event in epochs)
+
+
+@pytest.mark.parametrize(("requested", "native_bf16", "used"), [
+    ("bf16", True, "bf16"), ("bf16", False, "no"), ("fp16", True, "no"), ("fp16", False, "no"), ("no", True, "no"),
+])
+def test_on_a_cpu_only_bf16_is_used_and_only_where_the_cpu_computes_in_it(requested, native_bf16, used):
+    assert supported_mixed_precision(requested, cpu=True, native_bf16=lambda: native_bf16) == used
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_bf16_on_a_cpu_runs_the_convolutions_in_bf16_only_where_the_cpu_has_it(pets_dir, capsys, monkeypatch, native_bf16):
+    monkeypatch.setattr(train, "cpu_has_native_bf16", lambda: native_bf16)
+    dtypes = set()
+    convolve = torch.nn.Conv2d.forward
+    monkeypatch.setattr(torch.nn.Conv2d, "forward", lambda conv, x: _noted(dtypes, convolve(conv, x)))
+    result = training_loop(data_dir=str(pets_dir), epochs=1, mixed_precision="bf16", **TINY)
+    fell_back = "mixed precision 'bf16' is not available on cpu; using 'no'" in capsys.readouterr().err
+    assert (dtypes, fell_back) == (({torch.bfloat16}, False) if native_bf16 else ({torch.float32}, True))
+    assert len(result.history) == 1
+
+
+def _noted(dtypes: set, output: torch.Tensor) -> torch.Tensor:
+    dtypes.add(output.dtype)
+    return output
 
 
 def test_fp16_on_a_cpu_falls_back_to_full_precision(pets_dir, capsys):
