@@ -435,6 +435,18 @@ def scrape(port: int) -> str:
         return ""
 
 
+def histogram_split(text: str, name: str, bound: float) -> dict[str, float | None]:
+    """From a Prometheus histogram's buckets: how many observations it has, the share above `bound` (one of its
+    bucket bounds: exact), and the upper bound of the bucket that holds the 99th percentile."""
+    buckets = sorted((float(labels["le"]), count) for labels, count in metric_samples(text, name + "_bucket"))
+    total = buckets[-1][1] if buckets else 0.0
+    if not total:
+        return {"count": 0.0, "share_over": None, "p99_at_most": None}
+    within = next((count for le, count in buckets if le == bound), None)
+    return {"count": total, "share_over": None if within is None else 1 - within / total,
+            "p99_at_most": next(le for le, count in buckets if count >= 0.99 * total)}
+
+
 def metric_value(text: str, name: str) -> float | None:
     for line in text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
@@ -553,7 +565,11 @@ def run_round(backend: str, jobs: int, epochs: int, epoch_seconds: float, rate: 
                          "requests": operator_requests, "requests_per_job": operator_requests / jobs,
                          "requests_per_job_by_verb": by_verb(ops_calls, jobs),
                          "requests_per_job_by_call": per_job(ops_calls, jobs),
-                         "epochs_recorded": metric_value(operator_metrics, "pets_operator_epochs_recorded_total")},
+                         "epochs_recorded": metric_value(operator_metrics, "pets_operator_epochs_recorded_total"),
+                         # The operator's own split of epoch -> status: the line reaching it, and its patch returning.
+                         "epoch_delivery": histogram_split(operator_metrics, "pets_operator_epoch_log_delivery_seconds", 2.0),
+                         "epoch_to_patched": histogram_split(operator_metrics, "pets_operator_epoch_status_latency_seconds",
+                                                             2.0)},
             "api_server": {"requests_per_job": sum(everyone.values()) / jobs,
                            "requests_per_job_by_verb": by_verb(everyone, jobs),
                            "requests_per_job_by_call": per_job(everyone, jobs),
@@ -596,6 +612,15 @@ def print_table(rows: list[dict]) -> None:
         for label, key in (("create->pods", "pods_by_arrival"), ("epoch->status", "epoch_by_time")):
             windows = " ".join(f"{w['from_s']:g}:{w['p99']:.1f}" for w in row.get(key, []))
             print(f"{row['backend']:<10} {row['operator_source']:<9} {row['jobs']:>5}  {label:<14} {windows}")
+    print("\nepoch line -> the operator reading it, and -> its status patch returning (the operator's histograms: "
+          "share over 2 s, p99 at most)")
+    for row in rows:
+        parts = []
+        for label, key in (("read", "epoch_delivery"), ("patched", "epoch_to_patched")):
+            split = row["operator"].get(key) or {}
+            if split.get("share_over") is not None:
+                parts.append(f"{label} {100 * split['share_over']:.1f}% over 2 s, p99 <= {split['p99_at_most']:g} s")
+        print(f"{row['backend']:<10} {row['operator_source']:<9} {row['jobs']:>5}  {'; '.join(parts) or 'not measured'}")
     print("\noperator requests per job by verb; by call")
     for row in rows:
         print(f"{row['backend']:<10} {row['operator_source']:<9} {row['jobs']:>5}  {row['operator']['requests_per_job_by_verb']}"

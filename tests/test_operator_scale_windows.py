@@ -1,4 +1,5 @@
-"""The scale benchmark's summaries: nearest-rank percentiles, and latencies by when they began (where a tail sits)."""
+"""The scale benchmark's summaries: nearest-rank percentiles, latencies by when they began (where a tail sits), and
+the operator's latency histograms read back."""
 import importlib.util
 import math
 from pathlib import Path
@@ -29,3 +30,13 @@ def test_latencies_grouped_by_the_window_they_began_in(scale):
     windows = scale.by_arrival(starts, latencies, begin, window=5.0)
     assert [(w["from_s"], w["count"], w["max"]) for w in windows] == [(0.0, 2, 0.3), (5.0, 1, 2.0), (10.0, 2, 7.0)]
     assert windows[2]["p50"] == 5.0
+
+
+def test_a_histogram_read_back_gives_the_share_over_a_bound_and_where_p99_sits(scale):
+    text = "\n".join([
+        '# TYPE x_seconds histogram',
+        'x_seconds_bucket{le="1.0"} 90.0', 'x_seconds_bucket{le="2.0"} 95.0', 'x_seconds_bucket{le="5.0"} 99.0',
+        'x_seconds_bucket{le="10.0"} 100.0', 'x_seconds_bucket{le="+Inf"} 100.0', 'x_seconds_count 100.0'])
+    assert scale.histogram_split(text, "x_seconds", 2.0) == {"count": 100.0, "share_over": pytest.approx(0.05),
+                                                             "p99_at_most": 5.0}
+    assert scale.histogram_split("", "x_seconds", 2.0) == {"count": 0.0, "share_over": None, "p99_at_most": None}

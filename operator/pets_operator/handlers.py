@@ -96,6 +96,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger, **
     memo.pools = ApiPools.start()
     shrink_tls_read_buffers()  # before the followed logs' connections: one per job
     memo.log_streams = LogStreams(api_client.configuration, memo.pools.epochs, on_epoch=memo.metrics.epoch_to_status,
+                                  on_delivery=memo.metrics.epoch_delivered,
                                   on_error=lambda verb, resource, error: memo.metrics.api_error(
                                       verb, resource, getattr(error, "status", None)))
     memo.metrics.followed_logs.set_function(lambda: len(memo.log_streams.followers))

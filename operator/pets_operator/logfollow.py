@@ -174,14 +174,17 @@ class LogStreams:
 
     def __init__(self, configuration: Any, executor: Executor | None = None,
                  on_epoch: Callable[[float], None] | None = None,
-                 on_error: Callable[[str, str, LogUnavailable | BaseException], None] | None = None):
+                 on_error: Callable[[str, str, LogUnavailable | BaseException], None] | None = None,
+                 on_delivery: Callable[[float], None] | None = None):
         """`configuration`: the kubernetes client's; `executor`: runs the book's blocking status patches;
         `on_epoch(seconds)`: an epoch line reached the status this long after it was written;
+        `on_delivery(seconds)`: the same line had reached the operator this long after it was written;
         `on_error(verb, resource, error)`: a failed request (for the API error count)."""
         self.configuration = configuration
         self.base = str(configuration.host).rstrip("/")
         self.executor = executor
         self.on_epoch = on_epoch
+        self.on_delivery = on_delivery
         self.on_error = on_error
         self._ssl = ssl_context(configuration)
         self._proxy = getattr(configuration, "proxy", None) or None
@@ -337,14 +340,16 @@ class AsyncPodLogFollower:
                 event = parse_line(split_timestamp(line)[1])
                 if is_tracking_event(event):
                     self._book.note_tracking(event, attempt=self.attempt)
+        received = time.time()
         for entries, moments, resumed in epoch_batches(lines):
             add = functools.partial(add_entries, self._book, entries, self.attempt, resumed)
             recorded = await asyncio.get_running_loop().run_in_executor(self.streams.executor, add)
-            if recorded and self.streams.on_epoch is not None:
-                now = time.time()
-                for entry, moment in zip(entries, moments):
-                    if moment is not None and int(entry["epoch"]) in recorded:
-                        self.streams.on_epoch(max(0.0, now - moment))
+            now = time.time()
+            for entry, moment in zip(entries, moments):
+                if moment is not None and int(entry["epoch"]) in recorded:
+                    for report, at in ((self.streams.on_delivery, received), (self.streams.on_epoch, now)):
+                        if report is not None:
+                            report(max(0.0, at - moment))
 
 
 def add_entries(book: EpochBook, entries: list[dict[str, Any]], attempt: int | None, resumed: bool) -> set[int]:

@@ -170,6 +170,11 @@ class Metrics:
         self.epoch_latency = Histogram(f"{PREFIX}_epoch_status_latency_seconds",
                                        "From pod 0 writing an epoch line (its log timestamp) to the status patch "
                                        "that records it returning", buckets=LATENCY_BUCKETS, registry=registry)
+        self.epoch_delivery = Histogram(f"{PREFIX}_epoch_log_delivery_seconds",
+                                        "From pod 0 writing an epoch line (its log timestamp) to the operator reading "
+                                        "it from the followed log: the kubelet's, the API server's proxy's and the "
+                                        "operator's event loop's share of epoch_status_latency_seconds",
+                                        buckets=LATENCY_BUCKETS, registry=registry)
         self.api_errors = counter("api_errors", "Failed Kubernetes API calls: the operator's own, kopf's (watches, "
                                   "patches, events) and the leader election's; code none: no answer",
                                   ("verb", "resource", "code"))
@@ -234,6 +239,9 @@ class Metrics:
 
     def epoch_to_status(self, seconds: float) -> None:
         self.epoch_latency.observe(seconds)
+
+    def epoch_delivered(self, seconds: float) -> None:
+        self.epoch_delivery.observe(seconds)
 
     def api_error(self, verb: str, resource: str, code: int | None) -> None:
         self.api_errors.labels(verb, resource, str(code) if code else "none").inc()

@@ -124,14 +124,16 @@ async def follow(api: FakeApi, book, attempt=None, **streams_options):
 
 
 async def test_a_dropped_log_is_read_again_without_doubling_and_with_the_clients_credentials():
-    published, latencies = [], []
+    published, latencies, deliveries = [], [], []
     book = EpochBook([], published.append)
     api = FakeApi([["text\n", epoch_line(0, 0.4), '{"event": "ep'],
                    ["text\n", epoch_line(0, 0.4), epoch_line(1, 0.6)]],
                   [("uid", "Running"), ("uid", "Succeeded")])
-    await follow(api, book, on_epoch=latencies.append)
+    await follow(api, book, on_epoch=latencies.append, on_delivery=deliveries.append)
     assert book.epochs == [{"epoch": 0, "accuracy": 0.4}, {"epoch": 1, "accuracy": 0.6}]
     assert len(published) == 2 and len(latencies) == 2 and min(latencies) > 0
+    # Each line reached the operator before its patch returned: delivery is the first part of the latency.
+    assert len(deliveries) == 2 and all(0 < delivered <= latency for delivered, latency in zip(deliveries, latencies))
     logs = [request for request in api.requests if request[0] == "log"]
     assert len(logs) == 2 and logs[0][1] == {"container": "trainer", "follow": "true", "timestamps": "true"}
     assert logs[0][2] == "Bearer token"

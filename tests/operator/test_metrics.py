@@ -126,6 +126,15 @@ def test_epoch_latency_is_a_histogram():
     assert sample(text, "pets_operator_epoch_status_latency_seconds_bucket", le="0.5") == 2
 
 
+def test_epoch_log_delivery_is_a_histogram():
+    metrics = Metrics(CollectorRegistry())
+    for seconds in (0.02, 3.0):
+        metrics.epoch_delivered(seconds)
+    text = scrape(metrics)
+    assert sample(text, "pets_operator_epoch_log_delivery_seconds_count") == 2
+    assert sample(text, "pets_operator_epoch_log_delivery_seconds_bucket", le="2.0") == 1
+
+
 def test_metrics_port_configuration():
     assert from_environ({"PETS_OPERATOR_METRICS_PORT": "8000"}).metrics_port == 8000
     assert from_environ({}).metrics_port == 0
